@@ -1,0 +1,299 @@
+"""The lineage: discovery and validation of the numbered stages under kernels/attention/.
+
+A stage is a folder ``NN_slug`` holding ``kernel.cu`` (a complete checkpoint), ``stage.toml``
+(the machine-readable spec its diagrams draw) and ``notes.md`` (its prose). This module is the one
+place that reads those folders; the build, the API, the benchmark harness and the site generator all
+take their ``Stage`` objects from here. It imports nothing heavier than the standard library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ATTENTION_DIR = Path(__file__).resolve().parent.parent / "attention"
+COMMON_DIR_NAME = "common"
+
+ARCHES = ("sm_80", "sm_90a")
+LAYOUTS = ("bhsd", "bshd")
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "u64": 8}
+SMEM_LAYOUTS = ("row-major", "xor-swizzle", "tma-swizzle-128b", "mbarrier")
+SCHEDULE_KINDS = ("load_q", "load_k", "load_v", "load_kv", "qk", "softmax", "pv", "store_o")
+SCHEDULE_UNITS = ("load", "tensor", "softmax", "epilogue")
+
+_FOLDER_RE = re.compile(r"^(\d\d)_([a-z0-9]+(?:-[a-z0-9]+)*)$")
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+_CONSTEXPR_RE = re.compile(r"^\s*(?:static\s+)?constexpr\s+int\s+([A-Z][A-Z0-9_]*)\s*=\s*(\d+)\s*;", re.MULTILINE)
+
+
+class SpecError(ValueError):
+    """A stage folder or its stage.toml is invalid; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    warps: tuple[int, ...]
+    registers: int  # setmaxnreg budget per thread; 0 = left to the compiler
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SmemBuffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    buffers: int
+    layout: str
+
+    @property
+    def bytes(self) -> int:
+        n = DTYPE_BYTES[self.dtype] * self.buffers
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class ScheduleOp:
+    op: str
+    kind: str
+    unit: str
+    engine: str
+    role: str
+    after: tuple[str, ...]  # "name" (same iteration), "prev.name", "prev2.name" (earlier iterations)
+
+
+@dataclass(frozen=True)
+class Stage:
+    number: int
+    slug: str
+    dir: Path
+    title: str
+    change: str
+    arch: str
+    kernel: str
+    block_m: int
+    block_n: int
+    head_dim: int
+    threads: int
+    kv_stages: int
+    causal: bool
+    layouts: tuple[str, ...]
+    tails: bool
+    roles: tuple[Role, ...]
+    smem: tuple[SmemBuffer, ...]
+    schedule: tuple[ScheduleOp, ...]
+    raw: dict = field(repr=False, compare=False, hash=False)
+
+    @property
+    def id(self) -> str:
+        return f"{self.number:02d}"
+
+    @property
+    def name(self) -> str:
+        """Folder name and URL slug: ``NN-slug``."""
+        return f"{self.number:02d}-{self.slug}"
+
+    @property
+    def kernel_path(self) -> Path:
+        return self.dir / "kernel.cu"
+
+    @property
+    def notes_path(self) -> Path:
+        return self.dir / "notes.md"
+
+    @property
+    def spec_path(self) -> Path:
+        return self.dir / "stage.toml"
+
+    @property
+    def warps(self) -> int:
+        return self.threads // 32
+
+    @property
+    def smem_bytes(self) -> int:
+        return sum(b.bytes for b in self.smem)
+
+    def source_files(self) -> list[Path]:
+        """kernel.cu and every project header it includes, transitively, in a stable order."""
+        return source_files(self.kernel_path)
+
+    def source_hash(self) -> str:
+        return source_hash(self.kernel_path)
+
+    def constants(self) -> dict[str, int]:
+        """``constexpr int NAME = value;`` definitions of kernel.cu (the numbers specs are checked against)."""
+        return parse_constants(self.kernel_path.read_text())
+
+
+def parse_constants(source: str) -> dict[str, int]:
+    return {name: int(value) for name, value in _CONSTEXPR_RE.findall(source)}
+
+
+def source_files(kernel: Path) -> list[Path]:
+    seen: list[Path] = []
+    todo = [kernel.resolve()]
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.append(path)
+        for inc in _INCLUDE_RE.findall(path.read_text()):
+            candidate = (path.parent / inc).resolve()
+            if candidate.is_file():
+                todo.append(candidate)
+    return [seen[0]] + sorted(seen[1:])
+
+
+def source_hash(kernel: Path) -> str:
+    """sha256 over the stage's sources (names relative to kernels/attention, then contents)."""
+    h = hashlib.sha256()
+    for path in source_files(kernel):
+        try:
+            rel = path.relative_to(ATTENTION_DIR).as_posix()
+        except ValueError:
+            rel = path.name
+        data = path.read_bytes()
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+# --- stage.toml validation -------------------------------------------------------------------
+
+
+class _Fields:
+    """Typed access to one table of a stage.toml that names the file and the field on error."""
+
+    def __init__(self, data: dict, path: Path, where: str):
+        self.data, self.path, self.where = data, path, where
+
+    def fail(self, key: str, expected: str) -> SpecError:
+        got = self.data.get(key, "<missing>")
+        return SpecError(f"{self.path}: field '{self.where}{key}' must be {expected} (got {got!r})")
+
+    def get(self, key, kind, expected, default=..., check=None):
+        if key not in self.data:
+            if default is ...:
+                raise self.fail(key, expected)
+            return default
+        value = self.data[key]
+        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            raise self.fail(key, expected)
+        if check is not None and not check(value):
+            raise self.fail(key, expected)
+        return value
+
+    def text(self, key, **kw):
+        return self.get(key, str, "a non-empty string", check=lambda v: bool(v.strip()), **kw)
+
+    def positive(self, key, **kw):
+        return self.get(key, int, "a positive integer", check=lambda v: v > 0, **kw)
+
+    def choice(self, key, options, **kw):
+        return self.get(key, str, f"one of {', '.join(options)}", check=lambda v: v in options, **kw)
+
+    def strings(self, key, **kw):
+        return tuple(self.get(key, list, "a list of strings",
+                              check=lambda v: all(isinstance(s, str) and s for s in v), **kw))
+
+    def table(self, key) -> "_Fields":
+        return _Fields(self.get(key, dict, "a table"), self.path, f"{self.where}{key}.")
+
+    def tables(self, key, **kw) -> list["_Fields"]:
+        items = self.get(key, list, "an array of tables",
+                         check=lambda v: len(v) > 0 and all(isinstance(t, dict) for t in v), **kw)
+        return [_Fields(t, self.path, f"{self.where}{key}[{i}].") for i, t in enumerate(items)]
+
+
+def load_stage(folder: Path) -> Stage:
+    folder = Path(folder)
+    m = _FOLDER_RE.match(folder.name)
+    if not m:
+        raise SpecError(f"{folder}: stage folders are named NN_slug (two digits, lower-case slug)")
+    for name in ("kernel.cu", "stage.toml", "notes.md"):
+        if not (folder / name).is_file():
+            raise SpecError(f"{folder}: missing {name}")
+    path = folder / "stage.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not valid TOML: {err}") from None
+    f = _Fields(data, path, "")
+    tile, launch, supports = f.table("tile"), f.table("launch"), f.table("supports")
+    pipeline = f.table("pipeline")
+    threads = launch.positive("threads")
+    if threads % 32:
+        raise launch.fail("threads", "a multiple of 32")
+    warp_count = threads // 32
+
+    roles = []
+    for r in f.tables("roles"):
+        warps = r.get("warps", list, "a list of warp indices",
+                      check=lambda v: v and all(isinstance(w, int) and 0 <= w < warp_count for w in v))
+        roles.append(Role(r.text("name"), tuple(warps),
+                          r.get("registers", int, "0 or a setmaxnreg budget (24..256, multiple of 8)", default=0,
+                                check=lambda v: v == 0 or (24 <= v <= 256 and v % 8 == 0)),
+                          r.strings("tasks")))
+    owned = sorted(w for role in roles for w in role.warps)
+    if owned != list(range(warp_count)):
+        raise SpecError(f"{path}: field 'roles[].warps' must assign each of the {warp_count} warps "
+                        f"(launch.threads / 32) to exactly one role (got {owned})")
+
+    smem = []
+    for b in f.tables("smem", default=[]) if "smem" in data else []:
+        shape = b.get("shape", list, "a list of positive integers",
+                      check=lambda v: v and all(isinstance(s, int) and s > 0 for s in v))
+        smem.append(SmemBuffer(b.text("name"), tuple(shape), b.choice("dtype", tuple(DTYPE_BYTES)),
+                               b.positive("buffers", default=1), b.choice("layout", SMEM_LAYOUTS)))
+
+    role_names = {r.name for r in roles}
+    schedule = []
+    for s in f.tables("schedule"):
+        schedule.append(ScheduleOp(s.text("op"), s.choice("kind", SCHEDULE_KINDS),
+                                   s.choice("unit", SCHEDULE_UNITS), s.text("engine"),
+                                   s.choice("role", tuple(sorted(role_names))), s.strings("after", default=[])))
+    ops = {s.op for s in schedule}
+    if len(ops) != len(schedule):
+        raise SpecError(f"{path}: field 'schedule[].op' must be unique within the stage")
+    for i, s in enumerate(schedule):
+        for dep in s.after:
+            target = dep.split(".", 1)[1] if dep.startswith(("prev.", "prev2.")) else dep
+            if target not in ops:
+                raise SpecError(f"{path}: field 'schedule[{i}].after' names '{dep}', which is no op of this stage")
+
+    return Stage(
+        number=int(m.group(1)), slug=m.group(2), dir=folder,
+        title=f.text("title"), change=f.text("change"), arch=f.choice("arch", ARCHES), kernel=f.text("kernel"),
+        block_m=tile.positive("block_m"), block_n=tile.positive("block_n"), head_dim=tile.positive("head_dim"),
+        threads=threads, kv_stages=pipeline.positive("kv_stages"),
+        causal=supports.get("causal", bool, "true or false"),
+        layouts=supports.get("layouts", list, f"a list drawn from {LAYOUTS}",
+                             check=lambda v: v and all(x in LAYOUTS for x in v)),
+        tails=supports.get("tails", bool, "true or false"),
+        roles=tuple(roles), smem=tuple(smem), schedule=tuple(schedule), raw=data,
+    )
+
+
+def discover(root: Path = ATTENTION_DIR) -> list[Stage]:
+    """All stages under ``root``, in order; numbering must run 01, 02, ... without gaps."""
+    root = Path(root)
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and p.name != COMMON_DIR_NAME)
+    stages = [load_stage(p) for p in folders]
+    for expected, stage in enumerate(stages, start=1):
+        if stage.number != expected:
+            raise SpecError(f"{stage.dir}: stage numbers must run 01, 02, ... without gaps or repeats; "
+                            f"expected {expected:02d} here")
+    return stages
+
+
+def get_stage(number: int, root: Path = ATTENTION_DIR) -> Stage:
+    stages = discover(root)
+    for s in stages:
+        if s.number == number:
+            return s
+    raise KeyError(number)
