@@ -8,6 +8,7 @@ take their ``Stage`` objects from here. It imports nothing heavier than the stan
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import tomllib
@@ -26,7 +27,7 @@ SCHEDULE_UNITS = ("load", "tensor", "softmax", "epilogue")
 
 _FOLDER_RE = re.compile(r"^(\d\d)_([a-z0-9]+(?:-[a-z0-9]+)*)$")
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-_CONSTEXPR_RE = re.compile(r"^\s*(?:static\s+)?constexpr\s+int\s+([A-Z][A-Z0-9_]*)\s*=\s*(\d+)\s*;", re.MULTILINE)
+_CONSTEXPR_RE = re.compile(r"^\s*(?:static\s+)?constexpr\s+int\s+([A-Z][A-Z0-9_]*)\s*=\s*([^;]+);", re.MULTILINE)
 
 
 class SpecError(ValueError):
@@ -131,7 +132,31 @@ class Stage:
 
 
 def parse_constants(source: str) -> dict[str, int]:
-    return {name: int(value) for name, value in _CONSTEXPR_RE.findall(source)}
+    """Top-level ``constexpr int NAME = expr;`` with integer arithmetic over earlier constants.
+
+    Definitions whose expression is anything else (a function call, a template) are left out.
+    """
+    values: dict[str, int] = {}
+    for name, expr in _CONSTEXPR_RE.findall(source):
+        try:
+            values[name] = _eval_int(ast.parse(expr.strip(), mode="eval").body, values)
+        except (SyntaxError, ValueError, KeyError, ZeroDivisionError):
+            continue
+    return values
+
+
+def _eval_int(node: ast.AST, names: dict[str, int]) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return names[node.id]
+    if isinstance(node, ast.BinOp):
+        a, b = _eval_int(node.left, names), _eval_int(node.right, names)
+        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+               ast.Div: lambda: int(a / b), ast.FloorDiv: lambda: a // b, ast.Mod: lambda: a % b}
+        if type(node.op) in ops:
+            return ops[type(node.op)]()
+    raise ValueError(f"not an integer constant expression: {ast.dump(node)}")
 
 
 def source_files(kernel: Path) -> list[Path]:

@@ -1,0 +1,17 @@
+"""hopattn: attention on NVIDIA Hopper, built stage by stage.
+
+``from hopattn import attention`` gives the kernel API (needs torch); ``hopattn.lineage`` (the
+stages and their specs) and ``hopattn.results`` (the benchmark results file) need only the standard
+library, so the documentation site builds without torch.
+"""
+
+__all__ = ["attention", "stage_info", "stages", "final_stage"]
+
+
+def __getattr__(name):
+    # The API imports torch; load it only when asked for, so the lineage and results modules stay light.
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hopattn' has no attribute {name!r}")

@@ -1,0 +1,206 @@
+"""Builds the stages and the binding: every stage its own shared library, compiled in parallel and
+cached by the hash of its sources, flags and compiler.
+
+    python -m hopattn.build            # build every stage (and the binding, if torch is present)
+    python -m hopattn.build 1 5-6      # some stages
+
+The cache lives in $HOPATTN_BUILD_DIR (default: <repo>/build/kernels). A stage whose sources have
+not changed is not recompiled; a cold build of the lineage runs one nvcc per stage at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from . import lineage
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent.parent
+NATIVE_SOURCE = PACKAGE_DIR / "native.cpp"
+
+# sm_80 stages also carry compute_80 PTX, so newer GPUs (Blackwell) can run them; sm_90a stages
+# use wgmma/setmaxnreg, which exist only in the arch-specific sm_90a target.
+GENCODE = {
+    "sm_80": ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_80,code=[sm_80,compute_80]"],
+    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
+}
+COMMON_FLAGS = ["-O3", "-std=c++17", "-lineinfo", "-Xptxas=-v", "-shared", "-Xcompiler=-fPIC,-fvisibility=hidden"]
+
+
+class BuildError(RuntimeError):
+    """nvcc or the host compiler failed; the message carries the command and its output."""
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    library: Path
+    ptxas_log: str
+    command: tuple[str, ...]
+    cached: bool
+    seconds: float
+
+
+def build_dir() -> Path:
+    return Path(os.environ.get("HOPATTN_BUILD_DIR", REPO_ROOT / "build" / "kernels")).resolve()
+
+
+@lru_cache(maxsize=1)
+def nvcc() -> str:
+    """The nvcc to use: $NVCC, then PATH, then $CUDA_HOME/bin, then pip's nvidia-cuda-nvcc."""
+    candidates = [os.environ.get("NVCC"), shutil.which("nvcc")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates.append(str(Path(home) / "bin" / "nvcc"))
+    try:
+        import nvidia.cu13  # type: ignore  # pip: nvidia-cuda-nvcc (CUDA 13 wheels)
+
+        candidates.append(str(Path(nvidia.cu13.__path__[0]) / "bin" / "nvcc"))
+    except ImportError:
+        pass
+    for c in candidates:
+        if c and Path(c).is_file():
+            return c
+    raise BuildError("nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc`) "
+                     "or point $NVCC at it")
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    out = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def nvcc_flags(stage: lineage.Stage) -> list[str]:
+    return COMMON_FLAGS + GENCODE[stage.arch]
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def library_path(stage: lineage.Stage) -> Path:
+    key = _key(stage.source_hash(), " ".join(nvcc_flags(stage)), nvcc_version())
+    return build_dir() / f"stage{stage.id}-{stage.slug}-{key}.so"
+
+
+def compile_stage(stage: lineage.Stage, out_dir: Path | None = None) -> CompileResult:
+    """Compile one stage into a shared library (reusing the cache when nothing changed)."""
+    target = library_path(stage) if out_dir is None else Path(out_dir) / library_path(stage).name
+    log_path = target.with_suffix(".ptxas.log")
+    cmd = [nvcc(), *nvcc_flags(stage), "-o", str(target), str(stage.kernel_path)]
+    if target.is_file() and log_path.is_file():
+        return CompileResult(target, log_path.read_text(), tuple(cmd), True, 0.0)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    # Compile to a temporary name and rename, so an interrupted build never leaves a broken library.
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        tmp_target = Path(tmp) / target.name
+        cmd[cmd.index("-o") + 1] = str(tmp_target)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"stage {stage.name}: nvcc failed ({' '.join(cmd)})\n{proc.stdout}{proc.stderr}")
+        log_path.write_text(proc.stdout + proc.stderr)
+        os.replace(tmp_target, target)
+    cmd[cmd.index("-o") + 1] = str(target)
+    return CompileResult(target, log_path.read_text(), tuple(cmd), False, time.perf_counter() - start)
+
+
+def build_stages(stages: list[lineage.Stage] | None = None, jobs: int | None = None,
+                 verbose: bool = False) -> dict[int, CompileResult]:
+    """Compile the given stages (default: all) in parallel; returns {stage number: result}."""
+    stages = lineage.discover() if stages is None else stages
+    jobs = jobs or min(len(stages), os.cpu_count() or 1) or 1
+    results: dict[int, CompileResult] = {}
+    errors: list[str] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {s.number: pool.submit(compile_stage, s) for s in stages}
+        for number, fut in sorted(futures.items()):
+            try:
+                results[number] = fut.result()
+                if verbose:
+                    r = results[number]
+                    print(f"  stage {number:02d}: {'cached' if r.cached else f'{r.seconds:.1f} s'}  {r.library.name}",
+                          flush=True)
+            except BuildError as err:
+                errors.append(str(err))
+    if errors:
+        raise BuildError("\n\n".join(errors))
+    return results
+
+
+# --- the pybind11 binding -------------------------------------------------------------------------
+
+def native_path() -> Path:
+    import pybind11
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    key = _key(NATIVE_SOURCE.read_text(), (lineage.ATTENTION_DIR / "common" / "abi.h").read_text(),
+               pybind11.__version__, sys.version, nvcc_version())
+    return build_dir() / f"_native-{key}{suffix}"
+
+
+def build_native() -> Path:
+    """Compile kernels/hopattn/native.cpp (host code only) into a Python extension module."""
+    import pybind11
+
+    target = native_path()
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    includes = [pybind11.get_include(), sysconfig.get_paths()["include"], str(lineage.ATTENTION_DIR / "common")]
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        tmp_target = Path(tmp) / target.name
+        cmd = [nvcc(), "-O2", "-std=c++17", "-shared", "-Xcompiler=-fPIC,-fvisibility=hidden",
+               *[f"-I{i}" for i in includes], "-o", str(tmp_target), str(NATIVE_SOURCE), "-ldl"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"binding: build failed ({' '.join(cmd)})\n{proc.stdout}{proc.stderr}")
+        os.replace(tmp_target, target)
+    return target
+
+
+def _parse_selection(args: list[str], stages: list[lineage.Stage]) -> list[lineage.Stage]:
+    if not args:
+        return stages
+    wanted: set[int] = set()
+    for arg in args:
+        for part in arg.split(","):
+            lo, _, hi = part.partition("-")
+            wanted.update(range(int(lo), int(hi or lo) + 1))
+    return [s for s in stages if s.number in wanted]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hopattn.build", description=__doc__.splitlines()[0])
+    parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5); default: all")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes")
+    parser.add_argument("--no-native", action="store_true", help="skip the pybind11 binding")
+    args = parser.parse_args(argv)
+    stages = _parse_selection(args.stages, lineage.discover())
+    start = time.perf_counter()
+    print(f"building {len(stages)} stage(s) into {build_dir()} with {nvcc_version()}", flush=True)
+    try:
+        build_stages(stages, args.jobs, verbose=True)
+        if not args.no_native:
+            print(f"  binding: {build_native().name}", flush=True)
+    except BuildError as err:
+        print(err, file=sys.stderr)
+        return 1
+    print(f"done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

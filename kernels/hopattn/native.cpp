@@ -1,0 +1,108 @@
+// The pybind11 binding: loads a stage's shared library and calls its two exported functions.
+// Host code only, so it compiles in seconds and never needs rebuilding when a kernel changes.
+#include <dlfcn.h>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <stdexcept>
+#include <string>
+
+#include "abi.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using LaunchFn = int (*)(const AttnParams*, cudaStream_t, char*, int);
+using DescribeFn = int (*)(KernelInfo*, char*, int);
+
+using Strides = std::array<int64_t, 3>;
+
+class StageLibrary {
+public:
+    explicit StageLibrary(const std::string& path) : path_(path) {
+        handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!handle_) throw std::runtime_error("cannot load " + path + ": " + dlerror());
+        launch_ = reinterpret_cast<LaunchFn>(dlsym(handle_, "hopattn_launch"));
+        describe_ = reinterpret_cast<DescribeFn>(dlsym(handle_, "hopattn_describe"));
+        if (!launch_ || !describe_)
+            throw std::runtime_error(path + " does not export hopattn_launch and hopattn_describe");
+    }
+    StageLibrary(const StageLibrary&) = delete;
+    StageLibrary& operator=(const StageLibrary&) = delete;
+    // Kernels may still be queued on a stream when Python drops the object: never dlclose.
+
+    void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, Strides q_stride, Strides k_stride,
+                Strides v_stride, Strides o_stride, int batch, int heads, int len_q, int len_k, int head_dim,
+                float scale, bool causal, int num_sms, uintptr_t stream) const {
+        AttnParams p{};
+        p.q = reinterpret_cast<const void*>(q);
+        p.k = reinterpret_cast<const void*>(k);
+        p.v = reinterpret_cast<const void*>(v);
+        p.o = reinterpret_cast<void*>(o);
+        for (int i = 0; i < 3; ++i) {
+            p.q_stride[i] = q_stride[i];
+            p.k_stride[i] = k_stride[i];
+            p.v_stride[i] = v_stride[i];
+            p.o_stride[i] = o_stride[i];
+        }
+        p.batch = batch;
+        p.heads = heads;
+        p.len_q = len_q;
+        p.len_k = len_k;
+        p.head_dim = head_dim;
+        p.scale = scale;
+        p.causal = causal ? 1 : 0;
+        p.num_sms = num_sms;
+        char err[512] = {0};
+        int status;
+        {
+            py::gil_scoped_release release;
+            status = launch_(&p, reinterpret_cast<cudaStream_t>(stream), err, sizeof(err));
+        }
+        if (status != 0) throw std::runtime_error(std::string("stage launch failed: ") + err);
+    }
+
+    py::dict describe() const {
+        KernelInfo info{};
+        char err[512] = {0};
+        if (describe_(&info, err, sizeof(err)) != 0) throw std::runtime_error(std::string("describe failed: ") + err);
+        if (info.abi_version != HOPATTN_ABI_VERSION)
+            throw std::runtime_error(path_ + " was built for ABI " + std::to_string(info.abi_version));
+        py::dict d;
+        d["threads"] = info.threads;
+        d["dynamic_smem"] = info.dynamic_smem;
+        d["static_smem"] = info.static_smem;
+        d["registers"] = info.registers;
+        d["max_threads"] = info.max_threads;
+        d["local_bytes"] = info.local_bytes;
+        d["block_m"] = info.block_m;
+        d["block_n"] = info.block_n;
+        return d;
+    }
+
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    void* handle_ = nullptr;
+    LaunchFn launch_ = nullptr;
+    DescribeFn describe_ = nullptr;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "hopattn binding: loads stage libraries and launches their kernels";
+    m.attr("ABI_VERSION") = HOPATTN_ABI_VERSION;
+    py::class_<StageLibrary>(m, "StageLibrary")
+        .def(py::init<const std::string&>(), py::arg("path"))
+        .def("launch", &StageLibrary::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+             py::arg("q_stride"), py::arg("k_stride"), py::arg("v_stride"), py::arg("o_stride"), py::arg("batch"),
+             py::arg("heads"), py::arg("len_q"), py::arg("len_k"), py::arg("head_dim"), py::arg("scale"),
+             py::arg("causal"), py::arg("num_sms"), py::arg("stream"))
+        .def("describe", &StageLibrary::describe)
+        .def_property_readonly("path", &StageLibrary::path);
+}

@@ -1,0 +1,324 @@
+"""Reader, writer and validator of the benchmark results files (bench/results/<gpu-slug>.json).
+
+The benchmark harness writes these files and the site generator reads them; both go through this
+module so that the format lives in one place (see .notes/contracts.md). It imports only the
+standard library, so the site can be built on machines without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+KINDS = ("stage", "peer")
+PEERS = ("fa4", "cudnn", "fa2", "flex", "efficient")
+REFERENCES = ("fa4", "cudnn")
+STATUSES = ("ok", "wrong", "skipped", "missing", "failed")
+TIMING_FIELDS = ("median_ms", "min_ms", "max_ms", "spread_pct", "samples", "tflops", "ratios")
+
+_SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z$")
+_DATE_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_HASH_RE = re.compile(r"^[0-9a-f]{16}$")
+_STAGE_NAME_RE = re.compile(r"^\d\d$")
+_SHAPE_RE = re.compile(r"^[a-z0-9]+$")
+
+
+class ResultsError(ValueError):
+    """A results file (or data about to become one) is invalid; the message names the file and field."""
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': lower case, runs of non-alphanumerics become one '-'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"GPU name {name!r} has no letters or digits to make a slug from")
+    return slug
+
+
+def entry_key(entry: dict) -> tuple:
+    """The identity of a result: a later run's entry with the same key replaces it."""
+    return (entry["kind"], entry["name"], entry["shape"], entry["causal"])
+
+
+def is_stale(entry: dict, stage) -> bool:
+    """True when a stage entry was measured on sources other than the stage's current ones."""
+    if entry.get("kind") != "stage" or entry.get("source_hash") is None:
+        return False
+    return entry["source_hash"] != stage.source_hash()
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+class _Checker:
+    """Type checks that name the file and the field (e.g. 'results[3].median_ms') on failure."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, field: str, expected: str, got=...) -> ResultsError:
+        shown = "<missing>" if got is ... else repr(got)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return ResultsError(f"{self.where}: field '{field}' must be {expected} (got {shown})")
+
+    def get(self, obj: dict, key: str, field: str, expected: str, ok, nullable=False):
+        if key not in obj:
+            raise self.fail(field, expected)
+        value = obj[key]
+        if value is None and nullable:
+            return None
+        if not ok(value):
+            raise self.fail(field, expected, value)
+        return value
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _is_text(v) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _pos_int(v) -> bool:
+    return _is_int(v) and v > 0
+
+
+def _nonneg_num(v) -> bool:
+    return _is_num(v) and v >= 0
+
+
+def _pos_num(v) -> bool:
+    return _is_num(v) and v > 0
+
+
+def _check_clocks(c: _Checker, env: dict, key: str, field: str) -> None:
+    clocks = c.get(env, key, field, "an object with sm_mhz and mem_mhz, or null",
+                   lambda v: isinstance(v, dict), nullable=True)
+    if clocks is None:
+        return
+    for k in ("sm_mhz", "mem_mhz"):
+        c.get(clocks, k, f"{field}.{k}", "a non-negative integer or null",
+              lambda v: _is_int(v) and v >= 0, nullable=True)
+
+
+def _check_run(c: _Checker, run_id: str, run) -> None:
+    f = f"runs.{run_id}"
+    if not _RUN_ID_RE.match(run_id):
+        raise c.fail(f, "keyed by a run id like 20261129T153000Z", run_id)
+    if not isinstance(run, dict):
+        raise c.fail(f, "an object", run)
+    c.get(run, "date", f"{f}.date", "a UTC date like 2026-11-29T15:30:00Z",
+          lambda v: isinstance(v, str) and bool(_DATE_RE.match(v)))
+    # null when the run happened outside a git checkout (e.g. a copied working tree)
+    c.get(run, "git_commit", f"{f}.git_commit", "40 lower-case hex digits or null",
+          lambda v: isinstance(v, str) and bool(_COMMIT_RE.match(v)), nullable=True)
+    c.get(run, "git_dirty", f"{f}.git_dirty", "true, false or null", lambda v: isinstance(v, bool), nullable=True)
+    c.get(run, "command", f"{f}.command", "a non-empty string", _is_text)
+    env = c.get(run, "environment", f"{f}.environment", "an object", lambda v: isinstance(v, dict))
+    e = f"{f}.environment"
+    c.get(env, "gpu_name", f"{e}.gpu_name", "a non-empty string", _is_text)
+    c.get(env, "compute_capability", f"{e}.compute_capability", "a string like '9.0'",
+          lambda v: isinstance(v, str) and bool(re.match(r"^\d+\.\d+$", v)))
+    c.get(env, "sm_count", f"{e}.sm_count", "a positive integer", _pos_int)
+    for k in ("driver", "cuda", "cudnn"):
+        c.get(env, k, f"{e}.{k}", "a non-empty string or null", _is_text, nullable=True)
+    c.get(env, "torch", f"{e}.torch", "a non-empty string", _is_text)
+    _check_clocks(c, env, "clocks_before", f"{e}.clocks_before")
+    _check_clocks(c, env, "clocks_after", f"{e}.clocks_after")
+    c.get(env, "max_sm_mhz", f"{e}.max_sm_mhz", "a positive integer or null", _pos_int, nullable=True)
+    c.get(env, "power_limit_w", f"{e}.power_limit_w", "a positive number or null", _pos_num, nullable=True)
+
+
+def _check_entry(c: _Checker, i: int, entry, run_ids) -> None:
+    f = f"results[{i}]"
+    if not isinstance(entry, dict):
+        raise c.fail(f, "an object", entry)
+    kind = c.get(entry, "kind", f"{f}.kind", f"one of {', '.join(KINDS)}", lambda v: v in KINDS)
+    if kind == "stage":
+        c.get(entry, "name", f"{f}.name", "a two-digit stage number like '01'",
+              lambda v: isinstance(v, str) and bool(_STAGE_NAME_RE.match(v)))
+        c.get(entry, "source_hash", f"{f}.source_hash", "16 lower-case hex digits (stage entries)",
+              lambda v: isinstance(v, str) and bool(_HASH_RE.match(v)))
+    else:
+        c.get(entry, "name", f"{f}.name", f"one of {', '.join(PEERS)}", lambda v: v in PEERS)
+        c.get(entry, "source_hash", f"{f}.source_hash", "null (peer entries)", lambda v: False, nullable=True)
+    c.get(entry, "label", f"{f}.label", "a non-empty string", _is_text)
+    c.get(entry, "run_id", f"{f}.run_id", "the id of a run in 'runs'", lambda v: v in run_ids)
+    c.get(entry, "shape", f"{f}.shape", "a shape name like '8k'",
+          lambda v: isinstance(v, str) and bool(_SHAPE_RE.match(v)))
+    for k in ("batch", "heads", "len_q", "len_k", "head_dim"):
+        c.get(entry, k, f"{f}.{k}", "a positive integer", _pos_int)
+    c.get(entry, "causal", f"{f}.causal", "true or false", lambda v: isinstance(v, bool))
+    status = c.get(entry, "status", f"{f}.status", f"one of {', '.join(STATUSES)}", lambda v: v in STATUSES)
+    if status == "ok":
+        c.get(entry, "reason", f"{f}.reason", "null when status is ok", lambda v: False, nullable=True)
+        for k in ("median_ms", "min_ms", "max_ms"):
+            c.get(entry, k, f"{f}.{k}", "a positive number when status is ok", _pos_num)
+        # non-negative only: a tiny test shape rounds to 0.0 at one decimal
+        c.get(entry, "tflops", f"{f}.tflops", "a non-negative number when status is ok", _nonneg_num)
+        c.get(entry, "spread_pct", f"{f}.spread_pct", "a non-negative number when status is ok", _nonneg_num)
+        c.get(entry, "samples", f"{f}.samples", "a positive integer when status is ok", _pos_int)
+        c.get(entry, "rel_err", f"{f}.rel_err", "a non-negative number when status is ok", _nonneg_num)
+        if not entry["min_ms"] <= entry["median_ms"] <= entry["max_ms"]:
+            raise c.fail(f"{f}.median_ms", "between min_ms and max_ms", entry["median_ms"])
+        ratios = c.get(entry, "ratios", f"{f}.ratios", f"an object keyed by references ({', '.join(REFERENCES)})",
+                       lambda v: isinstance(v, dict) and all(k in REFERENCES for k in v))
+        for k, v in ratios.items():
+            if not _pos_num(v):
+                raise c.fail(f"{f}.ratios.{k}", "a positive number", v)
+    else:
+        c.get(entry, "reason", f"{f}.reason", f"a non-empty string saying why the status is {status}", _is_text)
+        for k in TIMING_FIELDS:
+            c.get(entry, k, f"{f}.{k}", f"null when status is {status}", lambda v: False, nullable=True)
+        # a wrong kernel keeps its measured error: it is the most useful number about it
+        c.get(entry, "rel_err", f"{f}.rel_err", "a non-negative number or null", _nonneg_num, nullable=True)
+
+
+def validate(data, where: str = "<results>") -> dict:
+    """Raise ResultsError (naming `where` and the field) unless `data` follows the results schema."""
+    c = _Checker(str(where))
+    if not isinstance(data, dict):
+        raise c.fail("<top level>", "an object", data)
+    c.get(data, "schema_version", "schema_version", f"{SCHEMA_VERSION}", lambda v: _is_int(v) and v == SCHEMA_VERSION)
+    c.get(data, "gpu", "gpu", "a GPU slug like 'nvidia-h200'", lambda v: isinstance(v, str) and bool(_SLUG_RE.match(v)))
+    runs = c.get(data, "runs", "runs", "an object keyed by run id", lambda v: isinstance(v, dict))
+    for run_id in sorted(runs):
+        _check_run(c, run_id, runs[run_id])
+    results = c.get(data, "results", "results", "a list", lambda v: isinstance(v, list))
+    seen = {}
+    for i, entry in enumerate(results):
+        _check_entry(c, i, entry, runs)
+        key = entry_key(entry)
+        if key in seen:
+            raise c.fail(f"results[{i}]", f"unique by (kind, name, shape, causal); results[{seen[key]}] has the same",
+                         list(key))
+        seen[key] = i
+    extra = sorted(set(data) - {"schema_version", "gpu", "runs", "results"})
+    if extra:
+        raise c.fail(extra[0], "absent (unknown top-level field)", data[extra[0]])
+    return data
+
+
+# --- normalisation and I/O ---------------------------------------------------------------------
+
+
+def _sig(x: float, digits: int) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def _rounded_entry(entry: dict) -> dict:
+    out = dict(entry)
+    for k in ("median_ms", "min_ms", "max_ms"):
+        if out.get(k) is not None:
+            out[k] = round(float(out[k]), 4)
+    if out.get("tflops") is not None:
+        out["tflops"] = round(float(out["tflops"]), 1)
+    if out.get("spread_pct") is not None:
+        out["spread_pct"] = round(float(out["spread_pct"]), 2)
+    if out.get("rel_err") is not None:
+        out["rel_err"] = _sig(float(out["rel_err"]), 3)
+    if out.get("ratios") is not None:
+        out["ratios"] = {k: round(float(v), 3) for k, v in out["ratios"].items()}
+    return out
+
+
+def _sort_key(entry: dict) -> tuple:
+    return (entry["kind"], entry["name"], entry["shape"], entry["causal"])
+
+
+def normalize(data: dict) -> dict:
+    """Fixed precision and a fixed order of results (the written form of `data`)."""
+    out = dict(data)
+    out["results"] = sorted((_rounded_entry(e) for e in data["results"]), key=_sort_key)
+    if out.get("runs") is not None:
+        runs = {}
+        for rid, run in data["runs"].items():
+            run = dict(run)
+            env = run.get("environment")
+            if isinstance(env, dict) and _is_num(env.get("power_limit_w")):
+                run["environment"] = dict(env, power_limit_w=round(float(env["power_limit_w"]), 2))
+            runs[rid] = run
+        out["runs"] = runs
+    return out
+
+
+def to_json(data: dict) -> str:
+    return json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def load_results(path) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ResultsError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ResultsError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}): {err.msg}") from None
+    validate(data, path)
+    if data["gpu"] != path.stem:
+        raise ResultsError(f"{path}: field 'gpu' must match the file name ({path.stem!r}) (got {data['gpu']!r})")
+    return data
+
+
+def load_all(results_dir) -> dict[str, dict]:
+    """Every results file in `results_dir`, keyed by GPU slug; an absent folder gives {}."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        return {}
+    return {p.stem: load_results(p) for p in sorted(results_dir.glob("*.json"))}
+
+
+def dump_results(data: dict, path) -> None:
+    """Validate, normalise and write atomically (a reader never sees a half-written file)."""
+    path = Path(path)
+    data = normalize(data)
+    validate(data, path)
+    text = to_json(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def merge(old: dict | None, new: dict) -> dict:
+    """`new`'s entries replace those of `old` with the same (kind, name, shape, causal); the rest stay.
+
+    Runs no longer referenced by any entry are dropped so the file does not grow without bound.
+    """
+    if old is None:
+        return dict(new, runs=dict(new["runs"]), results=list(new["results"]))
+    if old.get("gpu") != new.get("gpu"):
+        raise ResultsError(f"cannot merge results of GPU {new.get('gpu')!r} into a file of GPU {old.get('gpu')!r}")
+    replaced = {entry_key(e) for e in new["results"]}
+    results = [e for e in old["results"] if entry_key(e) not in replaced] + list(new["results"])
+    runs = dict(old["runs"])
+    runs.update(new["runs"])
+    used = {e["run_id"] for e in results}
+    runs = {rid: run for rid, run in runs.items() if rid in used}
+    return {"schema_version": SCHEMA_VERSION, "gpu": new["gpu"], "runs": runs, "results": results}

@@ -1,0 +1,47 @@
+"""Every stage compiles for sm_90a (CI has nvcc but no GPU), and the cache is keyed by content."""
+
+import shutil
+
+import pytest
+
+from hopattn import build, lineage
+
+STAGES = lineage.discover()
+needs_nvcc = pytest.mark.skipif(
+    not any(shutil.which(n) for n in ("nvcc",)) and not __import__("os").environ.get("NVCC"),
+    reason="nvcc not found (install the CUDA toolkit or pip's nvidia-cuda-nvcc)")
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+def test_every_stage_compiles_without_spills():
+    results = build.build_stages(STAGES, jobs=2)
+    assert sorted(results) == [s.number for s in STAGES]
+    for number, result in results.items():
+        assert result.library.is_file()
+        assert "sm_90a" in result.ptxas_log
+        for line in result.ptxas_log.splitlines():
+            if "spill stores" in line:
+                assert " 0 bytes spill stores, 0 bytes spill loads" in line, f"stage {number:02d}: {line.strip()}"
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+def test_cache_is_reused_and_keyed_by_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOPATTN_BUILD_DIR", str(tmp_path / "cache"))
+    stage = STAGES[0]
+    first = build.compile_stage(stage)
+    second = build.compile_stage(stage)
+    assert not first.cached and second.cached and first.library == second.library
+    copy = tmp_path / "attention" / stage.dir.name
+    shutil.copytree(lineage.ATTENTION_DIR, tmp_path / "attention")
+    (copy / "kernel.cu").write_text((copy / "kernel.cu").read_text() + "\n// changed\n")
+    changed = lineage.load_stage(copy)
+    assert build.library_path(changed) != build.library_path(stage)
+
+
+def test_flags_target_sm90a_for_every_stage():
+    for s in STAGES:
+        flags = build.nvcc_flags(s)
+        assert "-gencode=arch=compute_90a,code=sm_90a" in flags
+        assert "-Xptxas=-v" in flags

@@ -1,0 +1,71 @@
+"""Each stage.toml against its kernel.cu: a diagram cannot drift from the code it draws."""
+
+import re
+
+import pytest
+
+from hopattn import lineage
+
+STAGES = lineage.discover()
+
+
+def ids(stages):
+    return [s.name for s in stages]
+
+
+def test_numbering_is_contiguous():
+    assert [s.number for s in STAGES] == list(range(1, len(STAGES) + 1))
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=ids(STAGES))
+def test_tile_and_threads_match_the_source(stage):
+    c = stage.constants()
+    assert c["HEAD_DIM"] == stage.head_dim == 128
+    assert c["BLOCK_M"] == stage.block_m
+    assert c["BLOCK_N"] == stage.block_n
+    assert c["NUM_THREADS"] == stage.threads
+    assert c.get("KV_STAGES", 1) == stage.kv_stages
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=ids(STAGES))
+def test_shared_memory_matches_the_source(stage):
+    assert stage.constants().get("SMEM_BYTES", 0) == stage.smem_bytes
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=ids(STAGES))
+def test_launch_uses_the_declared_kernel_and_threads(stage):
+    src = stage.kernel_path.read_text()
+    assert re.search(rf"__global__ void __launch_bounds__\(NUM_THREADS[^)]*\)\s+{stage.kernel}\(", src)
+    assert f"{stage.kernel}<<<" in src
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=ids(STAGES))
+def test_notes_and_change_are_written(stage):
+    assert stage.change.endswith(".")
+    notes = stage.notes_path.read_text()
+    assert notes.startswith("# "), f"{stage.notes_path} must start with a title"
+
+
+def test_sm80_stages_use_no_hopper_instructions():
+    for s in STAGES:
+        if s.arch == "sm_80":
+            for path in s.source_files():
+                text = path.read_text()
+                for word in ("wgmma", "setmaxnreg", "cp.async.bulk", "mbarrier"):
+                    assert word not in text, f"{path} uses {word} but {s.name} is declared sm_80"
+
+
+def test_source_hash_follows_headers(tmp_path):
+    (tmp_path / "common").mkdir()
+    header = tmp_path / "common" / "h.cuh"
+    header.write_text("int x;")
+    kernel = tmp_path / "kernel.cu"
+    kernel.write_text('#include "common/h.cuh"\n')
+    before = lineage.source_hash(kernel)
+    header.write_text("int y;")
+    assert lineage.source_hash(kernel) != before
+
+
+def test_constants_parser_evaluates_expressions():
+    src = "constexpr int A = 4;\n  constexpr int B = A * (3 + 1) / 2;\nconstexpr int C = f(A);\n"
+    assert lineage.parse_constants(src) == {"A": 4, "B": 8}
