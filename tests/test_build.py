@@ -20,9 +20,11 @@ def test_every_stage_compiles_without_spills():
     for number, result in results.items():
         assert result.library.is_file()
         assert "sm_90a" in result.ptxas_log
-        for line in result.ptxas_log.splitlines():
-            if "spill stores" in line:
-                assert " 0 bytes spill stores, 0 bytes spill loads" in line, f"stage {number:02d}: {line.strip()}"
+        spills = [line.strip() for line in result.ptxas_log.splitlines()
+                  if "spill stores" in line and " 0 bytes spill stores, 0 bytes spill loads" not in line]
+        if spills:  # allowed only where the stage's notes explain them
+            notes = lineage.get_stage(number).notes_path.read_text().lower()
+            assert "spill" in notes, f"stage {number:02d} spills ({spills[0]}) and its notes.md does not say why"
 
 
 @needs_nvcc

@@ -20,9 +20,12 @@ _GRID_LIMIT = 65535  # heads and batch map to grid.y and grid.z
 _LOCK = threading.Lock()
 
 
-@lru_cache(maxsize=1)
+# Read once at import: a plain dict keeps `attention` traceable by torch.compile (no file access).
+_STAGES: dict[int, lineage.Stage] = {s.number: s for s in lineage.discover()}
+
+
 def _stages() -> dict[int, lineage.Stage]:
-    return {s.number: s for s in lineage.discover()}
+    return _STAGES
 
 
 def stages() -> list[lineage.Stage]:
@@ -171,8 +174,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """
     s = _stage(stage)
     scale = _validate(q, k, v, causal, scale, s, layout)
-    if q.device.type == "cuda":
-        _check_device_supports(s, q.device)
     if out is None:
         return torch.ops.hopattn.attention(q, k, v, causal, scale, s.number, layout)
     _validate_out(out, q, k, v)
@@ -188,6 +189,7 @@ def _strides(t: torch.Tensor, layout: str) -> tuple[int, int, int]:
 def _launch(q, k, v, out, causal: bool, scale: float, stage: int, layout: str) -> None:
     if q.device.type != "cuda":  # meta tensors (shape checks) launch nothing
         return
+    _check_device_supports(_STAGES[stage], q.device)
     seq_axis, head_axis = (2, 1) if layout == "bhsd" else (1, 2)
     lib = _library(stage)
     with torch.cuda.device(q.device):

@@ -1,9 +1,10 @@
 // Stage 01 — baseline.
 //
 // Forward attention O = softmax(scale · Q Kᵀ) V for bf16 inputs, fp32 accumulation, head dim 128.
-// Each warp owns 16 query rows and walks the whole key/value sequence in tiles of BLOCK_N rows,
-// keeping a running row maximum and row sum (online softmax) so that S and P never leave
-// registers. Tensor-core work is mma.sync m16n8k16; every K and V fragment is loaded by each warp
+// Each warp owns 32 query rows (two 16-row MMA tiles, so that every K and V fragment it loads
+// feeds two MMAs) and walks the whole key/value sequence in tiles of BLOCK_N rows, keeping a
+// running row maximum and row sum (online softmax) so that S and P never leave registers.
+// Tensor-core work is mma.sync m16n8k16; every Q, K and V fragment is loaded by each warp
 // straight from global memory, which is what the next stages fix.
 #include <cuda_bf16.h>
 
@@ -11,10 +12,11 @@
 #include "../common/mma_sm80.cuh"
 
 constexpr int HEAD_DIM = 128;
-constexpr int BLOCK_M = 64;  // query rows per CTA: one warp per 16 rows
+constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
 constexpr int BLOCK_N = 64;  // key/value rows per iteration
 constexpr int NUM_THREADS = 128;
-constexpr int ROWS_PER_WARP = 16;
+constexpr int ROWS_PER_WARP = 32;
+constexpr int M_TILES = ROWS_PER_WARP / 16;  // 16-row MMA tiles per warp
 
 constexpr int K_STEPS = HEAD_DIM / 16;  // k-steps of the QKᵀ product
 constexpr int S_TILES = BLOCK_N / 8;    // n8 tiles of one S row block
@@ -46,71 +48,80 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const bf16* V = static_cast<const bf16*>(p.v) + batch * p.v_stride[0] + head * p.v_stride[1];
     bf16* O = static_cast<bf16*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
 
-    // Q fragments (A operand of QKᵀ) stay in registers for the whole KV loop.
-    uint32_t q_frag[K_STEPS][4];
+    // Per thread: 128 fp32 registers of O, 64 of S. Q fragments would need 64 more, so they are
+    // reloaded for every k-step instead of being kept for the whole loop.
+    float o_acc[M_TILES][O_TILES][4] = {};
+    float row_max[M_TILES][2];  // rows group and group + 8 of each MMA tile
+    float row_sum[M_TILES][2] = {};
     #pragma unroll
-    for (int kk = 0; kk < K_STEPS; ++kk) {
-        const bf16* top = Q + (q_row0 + group) * p.q_stride[2] + kk * 16 + quad * 2;
-        const bf16* bottom = top + 8 * p.q_stride[2];
-        q_frag[kk][0] = load_u32(top);
-        q_frag[kk][1] = load_u32(bottom);
-        q_frag[kk][2] = load_u32(top + 8);
-        q_frag[kk][3] = load_u32(bottom + 8);
-    }
-
-    float o_acc[O_TILES][4] = {};
-    float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8
-    float row_sum[2] = {0.f, 0.f};
+    for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = -INFINITY;
 
     for (int kv0 = 0; kv0 < p.len_k; kv0 += BLOCK_N) {
-        // S = Q Kᵀ for 16 x BLOCK_N. B[k][n] = K[n][k]: a K row holds a fragment's column.
-        float s[S_TILES][4] = {};
-        #pragma unroll
-        for (int n = 0; n < S_TILES; ++n) {
-            const bf16* k_row = K + (kv0 + n * 8 + group) * p.k_stride[2] + quad * 2;
+        // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
+        // a B fragment's column.
+        float s[M_TILES][S_TILES][4] = {};
+        #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            uint32_t q_frag[M_TILES][4];
             #pragma unroll
-            for (int kk = 0; kk < K_STEPS; ++kk) {
-                uint32_t b[2] = {load_u32(k_row + kk * 16), load_u32(k_row + kk * 16 + 8)};
-                mma_m16n8k16_bf16(s[n], q_frag[kk], b);
+            for (int m = 0; m < M_TILES; ++m) {
+                const bf16* top = Q + (q_row0 + m * 16 + group) * p.q_stride[2] + kk * 16 + quad * 2;
+                const bf16* bottom = top + 8 * p.q_stride[2];
+                q_frag[m][0] = load_u32(top);
+                q_frag[m][1] = load_u32(bottom);
+                q_frag[m][2] = load_u32(top + 8);
+                q_frag[m][3] = load_u32(bottom + 8);
+            }
+            #pragma unroll
+            for (int n = 0; n < S_TILES; ++n) {
+                const bf16* k_row = K + (kv0 + n * 8 + group) * p.k_stride[2] + kk * 16 + quad * 2;
+                uint32_t b[2] = {load_u32(k_row), load_u32(k_row + 8)};
+                #pragma unroll
+                for (int m = 0; m < M_TILES; ++m) mma_m16n8k16_bf16(s[m][n], q_frag[m], b);
             }
         }
 
         // Online softmax: new running max, rescale what was accumulated, exponentiate.
         #pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+        #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float tile_max = -INFINITY;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                s[n][2 * half] *= p.scale;
-                s[n][2 * half + 1] *= p.scale;
-                tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+                s[m][n][2 * half] *= p.scale;
+                s[m][n][2 * half + 1] *= p.scale;
+                tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
             }
-            const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-            const float correction = expf(row_max[half] - new_max);
-            row_max[half] = new_max;
+            const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
+            const float correction = expf(row_max[m][half] - new_max);
+            row_max[m][half] = new_max;
             float tile_sum = 0.f;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                s[n][2 * half] = expf(s[n][2 * half] - new_max);
-                s[n][2 * half + 1] = expf(s[n][2 * half + 1] - new_max);
-                tile_sum += s[n][2 * half] + s[n][2 * half + 1];
+                s[m][n][2 * half] = expf(s[m][n][2 * half] - new_max);
+                s[m][n][2 * half + 1] = expf(s[m][n][2 * half + 1] - new_max);
+                tile_sum += s[m][n][2 * half] + s[m][n][2 * half + 1];
             }
-            row_sum[half] = row_sum[half] * correction + quad_sum(tile_sum);
+            row_sum[m][half] = row_sum[m][half] * correction + quad_sum(tile_sum);
             #pragma unroll
             for (int d = 0; d < O_TILES; ++d) {
-                o_acc[d][2 * half] *= correction;
-                o_acc[d][2 * half + 1] *= correction;
+                o_acc[m][d][2 * half] *= correction;
+                o_acc[m][d][2 * half + 1] *= correction;
             }
         }
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
-            uint32_t p_frag[4];
-            p_frag[0] = pack_bf16(__float2bfloat16(s[2 * j][0]), __float2bfloat16(s[2 * j][1]));
-            p_frag[1] = pack_bf16(__float2bfloat16(s[2 * j][2]), __float2bfloat16(s[2 * j][3]));
-            p_frag[2] = pack_bf16(__float2bfloat16(s[2 * j + 1][0]), __float2bfloat16(s[2 * j + 1][1]));
-            p_frag[3] = pack_bf16(__float2bfloat16(s[2 * j + 1][2]), __float2bfloat16(s[2 * j + 1][3]));
+            uint32_t p_frag[M_TILES][4];
+            #pragma unroll
+            for (int m = 0; m < M_TILES; ++m) {
+                p_frag[m][0] = pack_bf16(__float2bfloat16(s[m][2 * j][0]), __float2bfloat16(s[m][2 * j][1]));
+                p_frag[m][1] = pack_bf16(__float2bfloat16(s[m][2 * j][2]), __float2bfloat16(s[m][2 * j][3]));
+                p_frag[m][2] = pack_bf16(__float2bfloat16(s[m][2 * j + 1][0]), __float2bfloat16(s[m][2 * j + 1][1]));
+                p_frag[m][3] = pack_bf16(__float2bfloat16(s[m][2 * j + 1][2]), __float2bfloat16(s[m][2 * j + 1][3]));
+            }
             // B[k][n] = V[k][n]: a fragment's two values sit in consecutive V rows, one 2-byte load each.
             const bf16* v_col = V + (kv0 + j * 16 + quad * 2) * p.v_stride[2] + group;
             #pragma unroll
@@ -118,21 +129,25 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 const bf16* v = v_col + d * 8;
                 uint32_t b[2] = {pack_bf16(v[0], v[p.v_stride[2]]),
                                  pack_bf16(v[8 * p.v_stride[2]], v[9 * p.v_stride[2]])};
-                mma_m16n8k16_bf16(o_acc[d], p_frag, b);
+                #pragma unroll
+                for (int m = 0; m < M_TILES; ++m) mma_m16n8k16_bf16(o_acc[m][d], p_frag[m], b);
             }
         }
     }
 
     // Epilogue: divide by the row sums, convert to bf16, write two columns per store.
-    const float inv_sum[2] = {1.f / row_sum[0], 1.f / row_sum[1]};
     #pragma unroll
-    for (int d = 0; d < O_TILES; ++d) {
+    for (int m = 0; m < M_TILES; ++m) {
+        const float inv_sum[2] = {1.f / row_sum[m][0], 1.f / row_sum[m][1]};
         #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            bf16* out = O + (q_row0 + group + 8 * half) * p.o_stride[2] + d * 8 + quad * 2;
-            *reinterpret_cast<uint32_t*>(out) =
-                pack_bf16(__float2bfloat16(o_acc[d][2 * half] * inv_sum[half]),
-                          __float2bfloat16(o_acc[d][2 * half + 1] * inv_sum[half]));
+        for (int d = 0; d < O_TILES; ++d) {
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                bf16* out = O + (q_row0 + m * 16 + group + 8 * half) * p.o_stride[2] + d * 8 + quad * 2;
+                *reinterpret_cast<uint32_t*>(out) =
+                    pack_bf16(__float2bfloat16(o_acc[m][d][2 * half] * inv_sum[half]),
+                              __float2bfloat16(o_acc[m][d][2 * half + 1] * inv_sum[half]));
+            }
         }
     }
 }

@@ -1,9 +1,9 @@
 // Stage 03 — ldmatrix.
 //
-// Stage 02 reads each fragment register with its own shared-memory load: 4-byte loads for K and,
-// worse, two 2-byte loads plus a pack for every V register (V is needed transposed). ldmatrix
-// loads four 8x8 matrices per instruction straight into fragment layout, and its .trans form
-// transposes V on the way, so one instruction replaces eight (K) or sixteen (V) loads.
+// Stage 02 reads each fragment register with its own shared-memory load: 4-byte loads for Q and K
+// and, worse, two 2-byte loads plus a pack for every V register (V is needed transposed).
+// ldmatrix loads four 8x8 matrices per instruction straight into fragment layout, and its .trans
+// form transposes V on the way: one instruction replaces four (Q, K) or eight (V) loads per lane.
 #include <cuda_bf16.h>
 
 #include "../common/abi.h"
@@ -11,11 +11,12 @@
 #include "../common/mma_sm80.cuh"
 
 constexpr int HEAD_DIM = 128;
-constexpr int BLOCK_M = 64;  // query rows per CTA: one warp per 16 rows
+constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
 constexpr int BLOCK_N = 64;  // key/value rows per iteration
 constexpr int NUM_THREADS = 128;
-constexpr int ROWS_PER_WARP = 16;
-constexpr int SMEM_BYTES = 2 * BLOCK_N * HEAD_DIM * 2;  // one K tile and one V tile, bf16
+constexpr int ROWS_PER_WARP = 32;
+constexpr int M_TILES = ROWS_PER_WARP / 16;  // 16-row MMA tiles per warp
+constexpr int SMEM_BYTES = (BLOCK_M + 2 * BLOCK_N) * HEAD_DIM * 2;  // Q, K and V tiles, bf16
 
 constexpr int K_STEPS = HEAD_DIM / 16;  // k-steps of the QKᵀ product
 constexpr int S_TILES = BLOCK_N / 8;    // n8 tiles of one S row block
@@ -24,16 +25,13 @@ constexpr int PV_STEPS = BLOCK_N / 16;  // k-steps of the PV product
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ uint32_t load_u32(const bf16* ptr) {
-    return *reinterpret_cast<const uint32_t*>(ptr);
-}
-
-// Copy BLOCK_N rows of K or V into shared memory: each thread moves 16 bytes at a time, and
+// Copy ROWS rows of Q, K or V into shared memory: each thread moves 16 bytes at a time, and
 // consecutive threads take consecutive 16-byte pieces of a row, so every warp load is coalesced.
+template <int ROWS>
 __device__ __forceinline__ void load_tile(bf16 (*tile)[HEAD_DIM], const bf16* src, int64_t row_stride) {
     constexpr int CHUNKS_PER_ROW = HEAD_DIM / 8;
     #pragma unroll
-    for (int i = threadIdx.x; i < BLOCK_N * CHUNKS_PER_ROW; i += NUM_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CHUNKS_PER_ROW; i += NUM_THREADS) {
         const int row = i / CHUNKS_PER_ROW, col = (i % CHUNKS_PER_ROW) * 8;
         *reinterpret_cast<uint4*>(&tile[row][col]) = *reinterpret_cast<const uint4*>(src + row * row_stride + col);
     }
@@ -59,103 +57,123 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const bf16* V = static_cast<const bf16*>(p.v) + batch * p.v_stride[0] + head * p.v_stride[1];
     bf16* O = static_cast<bf16*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
 
-    // Q fragments (A operand of QKᵀ) stay in registers for the whole KV loop.
-    uint32_t q_frag[K_STEPS][4];
+    // 64 KB: more than a static __shared__ array may hold.
+    extern __shared__ __align__(128) unsigned char smem[];
+    auto q_tile = reinterpret_cast<bf16 (*)[HEAD_DIM]>(smem);
+    auto k_tile = q_tile + BLOCK_M;
+    auto v_tile = k_tile + BLOCK_N;
+    load_tile<BLOCK_M>(q_tile, Q + blockIdx.x * BLOCK_M * p.q_stride[2], p.q_stride[2]);
+
+    // Per thread: 128 fp32 registers of O, 64 of S. Q fragments would need 64 more, so they are
+    // reloaded for every k-step instead of being kept for the whole loop.
+    float o_acc[M_TILES][O_TILES][4] = {};
+    float row_max[M_TILES][2];  // rows group and group + 8 of each MMA tile
+    float row_sum[M_TILES][2] = {};
     #pragma unroll
-    for (int kk = 0; kk < K_STEPS; ++kk) {
-        const bf16* top = Q + (q_row0 + group) * p.q_stride[2] + kk * 16 + quad * 2;
-        const bf16* bottom = top + 8 * p.q_stride[2];
-        q_frag[kk][0] = load_u32(top);
-        q_frag[kk][1] = load_u32(bottom);
-        q_frag[kk][2] = load_u32(top + 8);
-        q_frag[kk][3] = load_u32(bottom + 8);
-    }
-
-    __shared__ __align__(16) bf16 k_tile[BLOCK_N][HEAD_DIM];
-    __shared__ __align__(16) bf16 v_tile[BLOCK_N][HEAD_DIM];
-
-    float o_acc[O_TILES][4] = {};
-    float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8
-    float row_sum[2] = {0.f, 0.f};
+    for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = -INFINITY;
 
     for (int kv0 = 0; kv0 < p.len_k; kv0 += BLOCK_N) {
         __syncthreads();  // every warp is done with the previous tiles
-        load_tile(k_tile, K + kv0 * p.k_stride[2], p.k_stride[2]);
-        load_tile(v_tile, V + kv0 * p.v_stride[2], p.v_stride[2]);
-        __syncthreads();  // the tiles are complete
+        load_tile<BLOCK_N>(k_tile, K + kv0 * p.k_stride[2], p.k_stride[2]);
+        load_tile<BLOCK_N>(v_tile, V + kv0 * p.v_stride[2], p.v_stride[2]);
+        __syncthreads();  // the tiles (and, the first time, Q) are complete
 
-        // S = Q Kᵀ for 16 x BLOCK_N. B[k][n] = K[n][k]: a K row holds a fragment's column, so
-        // K rows are ldmatrix rows; one x4 brings the B fragments of two n8 tiles for one k-step.
-        float s[S_TILES][4] = {};
-        #pragma unroll
-        for (int n = 0; n < S_TILES; n += 2) {
+        // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
+        // a B fragment's column.
+        float s[M_TILES][S_TILES][4] = {};
+        #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            // A fragment = the four 8x8 quarters of a 16x16 block of Q: rows +0/+8, columns +0/+8.
+            uint32_t q_frag[M_TILES][4];
             #pragma unroll
-            for (int kk = 0; kk < K_STEPS; ++kk) {
+            for (int m = 0; m < M_TILES; ++m) {
+                const int row = warp * ROWS_PER_WARP + m * 16 + (lm_matrix % 2) * 8 + lm_row;
+                ldmatrix_x4(q_frag[m], smem_addr(&q_tile[row][kk * 16 + (lm_matrix / 2) * 8]));
+            }
+            // K rows are ldmatrix rows; one x4 brings the B fragments of two n8 tiles.
+            #pragma unroll
+            for (int n = 0; n < S_TILES; n += 2) {
                 uint32_t b[4];
-                ldmatrix_x4(b, smem_addr(&k_tile[(n + lm_matrix / 2) * 8 + lm_row][kk * 16 + (lm_matrix % 2) * 8]));
-                mma_m16n8k16_bf16(s[n], q_frag[kk], &b[0]);
-                mma_m16n8k16_bf16(s[n + 1], q_frag[kk], &b[2]);
+                const int row = (n + lm_matrix / 2) * 8 + lm_row;
+                ldmatrix_x4(b, smem_addr(&k_tile[row][kk * 16 + (lm_matrix % 2) * 8]));
+                #pragma unroll
+                for (int m = 0; m < M_TILES; ++m) {
+                    mma_m16n8k16_bf16(s[m][n], q_frag[m], &b[0]);
+                    mma_m16n8k16_bf16(s[m][n + 1], q_frag[m], &b[2]);
+                }
             }
         }
 
         // Online softmax: new running max, rescale what was accumulated, exponentiate.
         #pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+        #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float tile_max = -INFINITY;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                s[n][2 * half] *= p.scale;
-                s[n][2 * half + 1] *= p.scale;
-                tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+                s[m][n][2 * half] *= p.scale;
+                s[m][n][2 * half + 1] *= p.scale;
+                tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
             }
-            const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-            const float correction = expf(row_max[half] - new_max);
-            row_max[half] = new_max;
+            const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
+            const float correction = expf(row_max[m][half] - new_max);
+            row_max[m][half] = new_max;
             float tile_sum = 0.f;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                s[n][2 * half] = expf(s[n][2 * half] - new_max);
-                s[n][2 * half + 1] = expf(s[n][2 * half + 1] - new_max);
-                tile_sum += s[n][2 * half] + s[n][2 * half + 1];
+                s[m][n][2 * half] = expf(s[m][n][2 * half] - new_max);
+                s[m][n][2 * half + 1] = expf(s[m][n][2 * half + 1] - new_max);
+                tile_sum += s[m][n][2 * half] + s[m][n][2 * half + 1];
             }
-            row_sum[half] = row_sum[half] * correction + quad_sum(tile_sum);
+            row_sum[m][half] = row_sum[m][half] * correction + quad_sum(tile_sum);
             #pragma unroll
             for (int d = 0; d < O_TILES; ++d) {
-                o_acc[d][2 * half] *= correction;
-                o_acc[d][2 * half + 1] *= correction;
+                o_acc[m][d][2 * half] *= correction;
+                o_acc[m][d][2 * half + 1] *= correction;
             }
         }
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
-            uint32_t p_frag[4];
-            p_frag[0] = pack_bf16(__float2bfloat16(s[2 * j][0]), __float2bfloat16(s[2 * j][1]));
-            p_frag[1] = pack_bf16(__float2bfloat16(s[2 * j][2]), __float2bfloat16(s[2 * j][3]));
-            p_frag[2] = pack_bf16(__float2bfloat16(s[2 * j + 1][0]), __float2bfloat16(s[2 * j + 1][1]));
-            p_frag[3] = pack_bf16(__float2bfloat16(s[2 * j + 1][2]), __float2bfloat16(s[2 * j + 1][3]));
+            uint32_t p_frag[M_TILES][4];
+            #pragma unroll
+            for (int m = 0; m < M_TILES; ++m) {
+                p_frag[m][0] = pack_bf16(__float2bfloat16(s[m][2 * j][0]), __float2bfloat16(s[m][2 * j][1]));
+                p_frag[m][1] = pack_bf16(__float2bfloat16(s[m][2 * j][2]), __float2bfloat16(s[m][2 * j][3]));
+                p_frag[m][2] = pack_bf16(__float2bfloat16(s[m][2 * j + 1][0]), __float2bfloat16(s[m][2 * j + 1][1]));
+                p_frag[m][3] = pack_bf16(__float2bfloat16(s[m][2 * j + 1][2]), __float2bfloat16(s[m][2 * j + 1][3]));
+            }
             // B[k][n] = V[k][n]: a fragment holds a column of V, so ldmatrix.trans transposes 8x8
             // blocks of V rows on the way; one x4 brings the B fragments of two n8 tiles.
             #pragma unroll
             for (int d = 0; d < O_TILES; d += 2) {
                 uint32_t b[4];
-                ldmatrix_x4_trans(b, smem_addr(&v_tile[j * 16 + (lm_matrix % 2) * 8 + lm_row][(d + lm_matrix / 2) * 8]));
-                mma_m16n8k16_bf16(o_acc[d], p_frag, &b[0]);
-                mma_m16n8k16_bf16(o_acc[d + 1], p_frag, &b[2]);
+                const int row = j * 16 + (lm_matrix % 2) * 8 + lm_row;
+                ldmatrix_x4_trans(b, smem_addr(&v_tile[row][(d + lm_matrix / 2) * 8]));
+                #pragma unroll
+                for (int m = 0; m < M_TILES; ++m) {
+                    mma_m16n8k16_bf16(o_acc[m][d], p_frag[m], &b[0]);
+                    mma_m16n8k16_bf16(o_acc[m][d + 1], p_frag[m], &b[2]);
+                }
             }
         }
     }
 
     // Epilogue: divide by the row sums, convert to bf16, write two columns per store.
-    const float inv_sum[2] = {1.f / row_sum[0], 1.f / row_sum[1]};
     #pragma unroll
-    for (int d = 0; d < O_TILES; ++d) {
+    for (int m = 0; m < M_TILES; ++m) {
+        const float inv_sum[2] = {1.f / row_sum[m][0], 1.f / row_sum[m][1]};
         #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            bf16* out = O + (q_row0 + group + 8 * half) * p.o_stride[2] + d * 8 + quad * 2;
-            *reinterpret_cast<uint32_t*>(out) =
-                pack_bf16(__float2bfloat16(o_acc[d][2 * half] * inv_sum[half]),
-                          __float2bfloat16(o_acc[d][2 * half + 1] * inv_sum[half]));
+        for (int d = 0; d < O_TILES; ++d) {
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                bf16* out = O + (q_row0 + m * 16 + group + 8 * half) * p.o_stride[2] + d * 8 + quad * 2;
+                *reinterpret_cast<uint32_t*>(out) =
+                    pack_bf16(__float2bfloat16(o_acc[m][d][2 * half] * inv_sum[half]),
+                              __float2bfloat16(o_acc[m][d][2 * half + 1] * inv_sum[half]));
+            }
         }
     }
 }
@@ -166,12 +184,14 @@ HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char
                  HEAD_DIM, BLOCK_M, BLOCK_N);
         return 1;
     }
+    HOPATTN_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES),
+                  err, errlen);
     const dim3 grid(p->len_q / BLOCK_M, p->heads, p->batch);
-    attention_kernel<<<grid, NUM_THREADS, 0, stream>>>(*p);
+    attention_kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(*p);
     HOPATTN_CHECK(cudaGetLastError(), err, errlen);
     return 0;
 }
 
 HOPATTN_EXPORT int hopattn_describe(KernelInfo* info, char* err, int errlen) {
-    return describe_kernel(attention_kernel, NUM_THREADS, 0, BLOCK_M, BLOCK_N, info, err, errlen);
+    return describe_kernel(attention_kernel, NUM_THREADS, SMEM_BYTES, BLOCK_M, BLOCK_N, info, err, errlen);
 }

@@ -16,12 +16,13 @@
 #include "../common/mma_sm80.cuh"
 
 constexpr int HEAD_DIM = 128;
-constexpr int BLOCK_M = 64;  // query rows per CTA: one warp per 16 rows
+constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
 constexpr int BLOCK_N = 64;  // key/value rows per iteration
 constexpr int NUM_THREADS = 128;
-constexpr int ROWS_PER_WARP = 16;
+constexpr int ROWS_PER_WARP = 32;
+constexpr int M_TILES = ROWS_PER_WARP / 16;  // 16-row MMA tiles per warp
 constexpr int KV_STAGES = 2;  // K/V buffers: one being computed on, one being filled
-constexpr int SMEM_BYTES = KV_STAGES * 2 * BLOCK_N * HEAD_DIM * 2;  // K and V tiles, bf16
+constexpr int SMEM_BYTES = (BLOCK_M + KV_STAGES * 2 * BLOCK_N) * HEAD_DIM * 2;  // Q, K and V tiles, bf16
 
 constexpr int K_STEPS = HEAD_DIM / 16;  // k-steps of the QKᵀ product
 constexpr int S_TILES = BLOCK_N / 8;    // n8 tiles of one S row block
@@ -30,21 +31,18 @@ constexpr int PV_STEPS = BLOCK_N / 16;  // k-steps of the PV product
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ uint32_t load_u32(const bf16* ptr) {
-    return *reinterpret_cast<const uint32_t*>(ptr);
-}
-
 // Where column `col` (a multiple of 8) of tile row `row` lives: its 16-byte chunk XOR (row % 8).
 __device__ __forceinline__ int swizzle(int row, int col) {
     return (((col / 8) ^ (row % 8)) * 8) | (col % 8);
 }
 
-// Start copying BLOCK_N rows of K or V into shared memory: each thread issues 16-byte cp.async
+// Start copying ROWS rows of Q, K or V into shared memory: each thread issues 16-byte cp.async
 // copies, consecutive threads taking consecutive 16-byte pieces of a row (coalesced).
+template <int ROWS>
 __device__ __forceinline__ void load_tile(bf16 (*tile)[HEAD_DIM], const bf16* src, int64_t row_stride) {
     constexpr int CHUNKS_PER_ROW = HEAD_DIM / 8;
     #pragma unroll
-    for (int i = threadIdx.x; i < BLOCK_N * CHUNKS_PER_ROW; i += NUM_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CHUNKS_PER_ROW; i += NUM_THREADS) {
         const int row = i / CHUNKS_PER_ROW, col = (i % CHUNKS_PER_ROW) * 8;
         cp_async_16(smem_addr(&tile[row][swizzle(row, col)]), src + row * row_stride + col);
     }
@@ -77,97 +75,108 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const bf16* V = static_cast<const bf16*>(p.v) + batch * p.v_stride[0] + head * p.v_stride[1];
     bf16* O = static_cast<bf16*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
 
-    // Q fragments (A operand of QKᵀ) stay in registers for the whole KV loop.
-    uint32_t q_frag[K_STEPS][4];
-    #pragma unroll
-    for (int kk = 0; kk < K_STEPS; ++kk) {
-        const bf16* top = Q + (q_row0 + group) * p.q_stride[2] + kk * 16 + quad * 2;
-        const bf16* bottom = top + 8 * p.q_stride[2];
-        q_frag[kk][0] = load_u32(top);
-        q_frag[kk][1] = load_u32(bottom);
-        q_frag[kk][2] = load_u32(top + 8);
-        q_frag[kk][3] = load_u32(bottom + 8);
-    }
-
-    extern __shared__ __align__(128) unsigned char smem[];  // 64 KB: more than a static array may hold
-    auto k_tiles = reinterpret_cast<bf16 (*)[BLOCK_N][HEAD_DIM]>(smem);
+    // 96 KB: more than a static __shared__ array may hold.
+    extern __shared__ __align__(128) unsigned char smem[];
+    auto q_tile = reinterpret_cast<bf16 (*)[HEAD_DIM]>(smem);
+    auto k_tiles = reinterpret_cast<bf16 (*)[BLOCK_N][HEAD_DIM]>(q_tile + BLOCK_M);
     auto v_tiles = k_tiles + KV_STAGES;
+    load_tile<BLOCK_M>(q_tile, Q + blockIdx.x * BLOCK_M * p.q_stride[2], p.q_stride[2]);
 
-    float o_acc[O_TILES][4] = {};
-    float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8, of the unscaled scores
-    float row_sum[2] = {0.f, 0.f};              // this thread's share; the quad is summed at the end
+    // Per thread: 128 fp32 registers of O, 64 of S. Q fragments would need 64 more, so they are
+    // reloaded for every k-step instead of being kept for the whole loop.
+    float o_acc[M_TILES][O_TILES][4] = {};
+    float row_max[M_TILES][2];       // rows group and group + 8 of each MMA tile, unscaled scores
+    float row_sum[M_TILES][2] = {};  // this thread's share; the quad is summed after the loop
+    #pragma unroll
+    for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = -INFINITY;
     // exp(scale * (s - m)) = 2^(s * scale_log2 - m * scale_log2): one FFMA feeds each EX2.
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
     const int num_tiles = p.len_k / BLOCK_N;
-    load_tile(k_tiles[0], K, p.k_stride[2]);
-    load_tile(v_tiles[0], V, p.v_stride[2]);
-    cp_async_commit();
+    load_tile<BLOCK_N>(k_tiles[0], K, p.k_stride[2]);
+    load_tile<BLOCK_N>(v_tiles[0], V, p.v_stride[2]);
+    cp_async_commit();  // Q and the first K/V tiles form the first group
 
     for (int tile = 0; tile < num_tiles; ++tile) {
         // Prefetch tile + 1 into the other buffer; the barrier at the end of the previous
         // iteration guarantees that no warp still reads it.
         if (tile + 1 < num_tiles) {
             const int next = (tile + 1) % KV_STAGES;
-            load_tile(k_tiles[next], K + (tile + 1) * BLOCK_N * p.k_stride[2], p.k_stride[2]);
-            load_tile(v_tiles[next], V + (tile + 1) * BLOCK_N * p.v_stride[2], p.v_stride[2]);
+            load_tile<BLOCK_N>(k_tiles[next], K + (tile + 1) * BLOCK_N * p.k_stride[2], p.k_stride[2]);
+            load_tile<BLOCK_N>(v_tiles[next], V + (tile + 1) * BLOCK_N * p.v_stride[2], p.v_stride[2]);
         }
-        cp_async_commit();  // possibly empty, so that "all but the newest group" is always tile
+        cp_async_commit();   // possibly empty, so that "all but the newest group" is always tile
         cp_async_wait<1>();  // this thread's copies of tile have landed...
         __syncthreads();     // ...and so have everyone else's
         bf16 (*k_tile)[HEAD_DIM] = k_tiles[tile % KV_STAGES];
         bf16 (*v_tile)[HEAD_DIM] = v_tiles[tile % KV_STAGES];
 
-        // S = Q Kᵀ for 16 x BLOCK_N. B[k][n] = K[n][k]: a K row holds a fragment's column, so
-        // K rows are ldmatrix rows; one x4 brings the B fragments of two n8 tiles for one k-step.
-        float s[S_TILES][4] = {};
-        #pragma unroll
-        for (int n = 0; n < S_TILES; n += 2) {
+        // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
+        // a B fragment's column.
+        float s[M_TILES][S_TILES][4] = {};
+        #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            // A fragment = the four 8x8 quarters of a 16x16 block of Q: rows +0/+8, columns +0/+8.
+            uint32_t q_frag[M_TILES][4];
             #pragma unroll
-            for (int kk = 0; kk < K_STEPS; ++kk) {
+            for (int m = 0; m < M_TILES; ++m) {
+                const int row = warp * ROWS_PER_WARP + m * 16 + (lm_matrix % 2) * 8 + lm_row;
+                ldmatrix_x4(q_frag[m], smem_addr(&q_tile[row][swizzle(row, kk * 16 + (lm_matrix / 2) * 8)]));
+            }
+            // K rows are ldmatrix rows; one x4 brings the B fragments of two n8 tiles.
+            #pragma unroll
+            for (int n = 0; n < S_TILES; n += 2) {
                 uint32_t b[4];
                 const int row = (n + lm_matrix / 2) * 8 + lm_row;
                 ldmatrix_x4(b, smem_addr(&k_tile[row][swizzle(row, kk * 16 + (lm_matrix % 2) * 8)]));
-                mma_m16n8k16_bf16(s[n], q_frag[kk], &b[0]);
-                mma_m16n8k16_bf16(s[n + 1], q_frag[kk], &b[2]);
+                #pragma unroll
+                for (int m = 0; m < M_TILES; ++m) {
+                    mma_m16n8k16_bf16(s[m][n], q_frag[m], &b[0]);
+                    mma_m16n8k16_bf16(s[m][n + 1], q_frag[m], &b[2]);
+                }
             }
         }
 
         // Online softmax: new running max, rescale what was accumulated, exponentiate.
         #pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+        #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float tile_max = -INFINITY;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+                tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
             }
-            const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-            const float correction = exp2_approx((row_max[half] - new_max) * scale_log2);
-            row_max[half] = new_max;
+            const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
+            const float correction = exp2_approx((row_max[m][half] - new_max) * scale_log2);
+            row_max[m][half] = new_max;
             const float max_scaled = new_max * scale_log2;
             float tile_sum = 0.f;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                s[n][2 * half] = exp2_approx(fmaf(s[n][2 * half], scale_log2, -max_scaled));
-                s[n][2 * half + 1] = exp2_approx(fmaf(s[n][2 * half + 1], scale_log2, -max_scaled));
-                tile_sum += s[n][2 * half] + s[n][2 * half + 1];
+                s[m][n][2 * half] = exp2_approx(fmaf(s[m][n][2 * half], scale_log2, -max_scaled));
+                s[m][n][2 * half + 1] = exp2_approx(fmaf(s[m][n][2 * half + 1], scale_log2, -max_scaled));
+                tile_sum += s[m][n][2 * half] + s[m][n][2 * half + 1];
             }
-            row_sum[half] = row_sum[half] * correction + tile_sum;
+            row_sum[m][half] = row_sum[m][half] * correction + tile_sum;
             #pragma unroll
             for (int d = 0; d < O_TILES; ++d) {
-                o_acc[d][2 * half] *= correction;
-                o_acc[d][2 * half + 1] *= correction;
+                o_acc[m][d][2 * half] *= correction;
+                o_acc[m][d][2 * half + 1] *= correction;
             }
         }
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
-            uint32_t p_frag[4];
-            p_frag[0] = pack_bf16x2(s[2 * j][0], s[2 * j][1]);
-            p_frag[1] = pack_bf16x2(s[2 * j][2], s[2 * j][3]);
-            p_frag[2] = pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
-            p_frag[3] = pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
+            uint32_t p_frag[M_TILES][4];
+            #pragma unroll
+            for (int m = 0; m < M_TILES; ++m) {
+                p_frag[m][0] = pack_bf16x2(s[m][2 * j][0], s[m][2 * j][1]);
+                p_frag[m][1] = pack_bf16x2(s[m][2 * j][2], s[m][2 * j][3]);
+                p_frag[m][2] = pack_bf16x2(s[m][2 * j + 1][0], s[m][2 * j + 1][1]);
+                p_frag[m][3] = pack_bf16x2(s[m][2 * j + 1][2], s[m][2 * j + 1][3]);
+            }
             // B[k][n] = V[k][n]: a fragment holds a column of V, so ldmatrix.trans transposes 8x8
             // blocks of V rows on the way; one x4 brings the B fragments of two n8 tiles.
             #pragma unroll
@@ -175,22 +184,28 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 uint32_t b[4];
                 const int row = j * 16 + (lm_matrix % 2) * 8 + lm_row;
                 ldmatrix_x4_trans(b, smem_addr(&v_tile[row][swizzle(row, (d + lm_matrix / 2) * 8)]));
-                mma_m16n8k16_bf16(o_acc[d], p_frag, &b[0]);
-                mma_m16n8k16_bf16(o_acc[d + 1], p_frag, &b[2]);
+                #pragma unroll
+                for (int m = 0; m < M_TILES; ++m) {
+                    mma_m16n8k16_bf16(o_acc[m][d], p_frag[m], &b[0]);
+                    mma_m16n8k16_bf16(o_acc[m][d + 1], p_frag[m], &b[2]);
+                }
             }
         }
         __syncthreads();  // every warp is done with this buffer before it is refilled
     }
 
     // Epilogue: finish the row sums across the quad, divide, convert, write two columns per store.
-    const float inv_sum[2] = {1.f / quad_sum(row_sum[0]), 1.f / quad_sum(row_sum[1])};
     #pragma unroll
-    for (int d = 0; d < O_TILES; ++d) {
+    for (int m = 0; m < M_TILES; ++m) {
+        const float inv_sum[2] = {1.f / quad_sum(row_sum[m][0]), 1.f / quad_sum(row_sum[m][1])};
         #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            bf16* out = O + (q_row0 + group + 8 * half) * p.o_stride[2] + d * 8 + quad * 2;
-            *reinterpret_cast<uint32_t*>(out) =
-                pack_bf16x2(o_acc[d][2 * half] * inv_sum[half], o_acc[d][2 * half + 1] * inv_sum[half]);
+        for (int d = 0; d < O_TILES; ++d) {
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                bf16* out = O + (q_row0 + m * 16 + group + 8 * half) * p.o_stride[2] + d * 8 + quad * 2;
+                *reinterpret_cast<uint32_t*>(out) =
+                    pack_bf16x2(o_acc[m][d][2 * half] * inv_sum[half], o_acc[m][d][2 * half + 1] * inv_sum[half]);
+            }
         }
     }
 }
