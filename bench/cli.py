@@ -1,0 +1,120 @@
+"""Command line of ``python -m bench``: parses the flags into runner.Options and runs."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from bench import peers
+from bench.shapes import CAUSAL_CHOICES, QUICK_SHAPE, SHAPES, parse_shapes, parse_stages
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+FULL = {"rounds": 5, "launches": 10}
+QUICK = {"rounds": 3, "launches": 5}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Check and time the attention stages against FlashAttention-4, cuDNN, FlashAttention-2, "
+                    "FlexAttention and memory-efficient SDPA in one process; write bench/results/<gpu>.json.")
+    p.add_argument("--stages", default="all", help="stages to run: 'all' (default), 'none', or e.g. '1,2,5-6'")
+    p.add_argument("--peers", default="all",
+                   help=f"peers to run: 'all' (default), 'none', or some of {','.join(peers.ORDER)}")
+    p.add_argument("--shapes", default=None,
+                   help=f"comma-separated, from {','.join(SHAPES)} (default: all; --quick: {QUICK_SHAPE})")
+    p.add_argument("--causal", choices=tuple(CAUSAL_CHOICES), default=None,
+                   help="masks to run (default: both; --quick: off)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"development loop: {QUICK_SHAPE} non-causal, {QUICK['rounds']} rounds of "
+                        f"{QUICK['launches']} launches")
+    p.add_argument("--reps", type=int, default=None,
+                   help=f"rounds per shape (default {FULL['rounds']}; --quick {QUICK['rounds']})")
+    p.add_argument("--launches", type=int, default=None,
+                   help=f"timed launches per arm and round, the round's time is their median "
+                        f"(default {FULL['launches']}; --quick {QUICK['launches']}; fewer for slow arms)")
+    p.add_argument("--out", type=Path, default=None, help="results file (default bench/results/<gpu-slug>.json); "
+                                                          "merged: this run's entries replace theirs")
+    p.add_argument("--raw", type=Path, default=None, help="also write the run log and raw per-round timings here")
+    p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh each run; printed)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes for the build")
+    p.add_argument("--hang-timeout", type=float, default=300.0,
+                   help="seconds one correctness check (including a peer's JIT compile) or one shape's timing may "
+                        "take before the run saves what it has and exits with status 3 (0 = never; default 300)")
+    return p
+
+
+def parse_peers(text: str) -> list[str]:
+    text = text.strip().lower()
+    if text == "all":
+        return list(peers.ORDER)
+    if text == "none":
+        return []
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in peers.ORDER]
+    if unknown or not names:
+        raise ValueError(f"--peers: unknown peer {unknown[0] if unknown else text!r}; expected some of "
+                         f"{', '.join(peers.ORDER)}, 'all' or 'none'")
+    return [n for n in peers.ORDER if n in names]
+
+
+def parse_options(argv: list[str], available_stages: list[int]):
+    """Flags -> runner.Options (ValueError with the flag's name on bad input). Needs no GPU: without
+    --out, `out` stays None until default_out() can ask the GPU for its name."""
+    from bench.runner import Options
+
+    args = build_parser().parse_args(argv)
+    mode = QUICK if args.quick else FULL
+    shapes = parse_shapes(args.shapes if args.shapes is not None else (QUICK_SHAPE if args.quick else ",".join(SHAPES)))
+    causal = CAUSAL_CHOICES[args.causal or ("off" if args.quick else "both")]
+    rounds = mode["rounds"] if args.reps is None else args.reps
+    launches = mode["launches"] if args.launches is None else args.launches
+    if rounds < 1:
+        raise ValueError(f"--reps: expected at least 1 round, got {rounds}")
+    if launches < 1:
+        raise ValueError(f"--launches: expected at least 1, got {launches}")
+    if args.hang_timeout < 0:
+        raise ValueError(f"--hang-timeout: expected seconds >= 0, got {args.hang_timeout:g}")
+    stages = parse_stages(args.stages, available_stages)
+    out = args.out
+    return Options(stages=None if args.stages.strip().lower() == "all" else stages, peers=parse_peers(args.peers),
+                   shapes=shapes, causal=causal, rounds=rounds, launches=launches, out=out, raw=args.raw,
+                   seed=args.seed, jobs=args.jobs, hang_timeout=args.hang_timeout,
+                   command=shlex.join(["python", "-m", "bench", *argv]))
+
+
+def default_out(gpu_name: str) -> Path:
+    from hopattn.results import gpu_slug
+
+    return RESULTS_DIR / f"{gpu_slug(gpu_name)}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hopattn import lineage
+    from bench.report import Log
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    available = [s.number for s in lineage.discover()]
+    parser = build_parser()
+    try:  # flag errors first, before anything imports torch
+        opts = parse_options(argv, available)
+    except ValueError as err:
+        parser.error(str(err))
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        print("python -m bench: torch is not installed; the benchmark needs torch with CUDA", file=sys.stderr)
+        return 2
+    if not has_gpu:
+        print("python -m bench: no CUDA GPU visible to torch; the benchmark needs one (nothing written)",
+              file=sys.stderr)
+        return 2
+    if opts.out is None:
+        opts.out = default_out(torch.cuda.get_device_name(torch.cuda.current_device()))
+    from bench.runner import run
+
+    return run(opts, Log())

@@ -1,0 +1,126 @@
+"""The peers, each called in its native layout: FlashAttention-4 (BSHD), torch SDPA backends and
+FlexAttention (BHSD). A peer that cannot be imported is reported missing, never estimated."""
+
+from __future__ import annotations
+
+from bench.arms import Arm, Launch
+
+LABELS = {
+    "fa4": "FlashAttention-4 (CuTe DSL)",
+    "cudnn": "cuDNN (torch SDPA)",
+    "fa2": "FlashAttention-2 (torch SDPA flash)",
+    "flex": "FlexAttention (torch.compile, Triton)",
+    "efficient": "memory-efficient (torch SDPA)",
+}
+ORDER = ("fa4", "cudnn", "fa2", "flex", "efficient")
+FA4_HINT = "see shared/tools/fa4-on-gpu-machine.md for getting it onto the GPU machine"
+
+
+def _why(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+class Fa4(Arm):
+    name = "fa4"
+    label = LABELS["fa4"]
+
+    def __init__(self, torch):
+        self.torch = torch
+        try:
+            from flash_attn.cute import flash_attn_func
+        except Exception as err:  # ImportError, or a broken install raising anything while importing
+            self.func, self.missing = None, f"flash_attn.cute is not importable ({_why(err)}); {FA4_HINT}"
+        else:
+            self.func, self.missing = flash_attn_func, None
+
+    def applies(self, shape, causal):
+        return ("missing", self.missing) if self.missing else None
+
+    def prepare(self, q, k, v, causal, scale):
+        # BSHD copies made here, outside timing: FA4's native layout
+        qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        func = self.func
+
+        def first(result):
+            return result[0] if isinstance(result, (tuple, list)) else result  # (out, lse)
+
+        return Launch(fn=lambda: func(qs, ks, vs, softmax_scale=scale, causal=causal),
+                      to_bhsd=lambda result: first(result).transpose(1, 2))
+
+
+class Sdpa(Arm):
+    """torch.nn.functional.scaled_dot_product_attention restricted to one backend."""
+
+    BACKENDS = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+
+    def __init__(self, torch, name):
+        self.torch, self.name, self.label = torch, name, LABELS[name]
+        self.missing = None
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            self.backend = getattr(SDPBackend, self.BACKENDS[name])
+            self.sdpa_kernel = sdpa_kernel
+        except (ImportError, AttributeError) as err:
+            self.missing = f"torch {torch.__version__} has no SDPA backend {self.BACKENDS[name]} ({_why(err)})"
+
+    def applies(self, shape, causal):
+        return ("missing", self.missing) if self.missing else None
+
+    def prepare(self, q, k, v, causal, scale):
+        sdpa = self.torch.nn.functional.scaled_dot_product_attention
+        backend, sdpa_kernel = self.backend, self.sdpa_kernel
+        return Launch(fn=lambda: sdpa(q, k, v, is_causal=causal, scale=scale),
+                      context=lambda: sdpa_kernel([backend]))
+
+
+class Flex(Arm):
+    name = "flex"
+    label = LABELS["flex"]
+    _compiled = None
+
+    def __init__(self, torch):
+        self.torch = torch
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        except ImportError as err:
+            self.missing = f"torch {torch.__version__} has no FlexAttention ({_why(err)})"
+            return
+        self.missing = None
+        self.create_block_mask = create_block_mask
+        self.flex_attention = flex_attention
+
+    def applies(self, shape, causal):
+        return ("missing", self.missing) if self.missing else None
+
+    def compiled(self):
+        if self._compiled is None:
+            dynamo = self.torch._dynamo.config
+            for knob in ("recompile_limit", "cache_size_limit"):  # one static compile per shape and mask
+                if hasattr(dynamo, knob):
+                    setattr(dynamo, knob, max(getattr(dynamo, knob), 64))
+            # dynamic=False: a kernel specialised to each shape, as a model with fixed lengths would get
+            self._compiled = self.torch.compile(self.flex_attention, dynamic=False)
+        return self._compiled
+
+    def prepare(self, q, k, v, causal, scale):
+        block_mask = None
+        if causal:
+            # built here, outside timing, as a model would build it once per sequence length
+            block_mask = self.create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, q.shape[2], k.shape[2],
+                                                device=q.device)
+        flex = self.compiled()
+        return Launch(fn=lambda: flex(q, k, v, block_mask=block_mask, scale=scale))
+
+
+def make_peers(torch, names) -> list[Arm]:
+    out = []
+    for name in names:
+        if name == "fa4":
+            out.append(Fa4(torch))
+        elif name == "flex":
+            out.append(Flex(torch))
+        else:
+            out.append(Sdpa(torch, name))
+    return out

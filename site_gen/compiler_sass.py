@@ -1,0 +1,217 @@
+"""Reads SASS as ``cuobjdump -sass`` prints it: instructions per function for one architecture,
+an opcode histogram grouped by what the instructions are for, and the main (KV) loop.
+
+A stage library built for sm_80 also embeds sm_80 code; only the sm_90a part is what Hopper runs,
+so parsing keeps the ELF sections of the requested architecture and ignores the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ARCH_RE = re.compile(r"^\s*arch = (\S+)")
+_FUNCTION_RE = re.compile(r"^\s*Function : (\S+)")
+# "/*0290*/   @!P0 BRA 0x5c80 ;   /* 0x0000... */": address, then the instruction up to its ';'.
+_INSTR_RE = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+([^;]*?)\s*;")
+_HEX_TARGET_RE = re.compile(r"^0x([0-9a-f]+)$")
+
+# Groups in display order. A key is a base opcode, except MUFU which keeps its function (EX2, RCP):
+# the exponentials of the softmax are what a reader looks for there.
+GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("tensor", "tensor core", frozenset({"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BMMA", "DMMA"})),
+    ("memory", "data movement", frozenset({
+        "LDG", "STG", "LDS", "STS", "LDSM", "STSM", "LD", "ST", "LDGSTS", "UTMALDG", "UTMASTG",
+        "UTMAPF", "UTMAREDG", "UTMACCTL", "UTMACMDFLUSH", "UBLKCP", "UBLKPF", "UBLKRED", "ATOM",
+        "ATOMG", "ATOMS", "RED", "REDG", "LDGMC"})),
+    ("softmax", "softmax arithmetic", frozenset({
+        "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "F2FP", "FCHK", "SHFL", "FSWZADD"})),
+    ("sync", "synchronization", frozenset({
+        "BAR", "SYNCS", "WARPGROUP", "DEPBAR", "LDGDEPBAR", "MEMBAR", "FENCE", "WARPSYNC", "ERRBAR",
+        "ARRIVES", "USETMAXREG", "CCTL"})),
+    ("local", "local memory (spills, stack)", frozenset({"LDL", "STL"})),
+)
+OTHER = ("other", "other (integer, address, control)")
+GROUP_ORDER = tuple(g[0] for g in GROUPS) + (OTHER[0],)
+GROUP_LABELS = {g[0]: g[1] for g in GROUPS} | {OTHER[0]: OTHER[1]}
+
+SOURCE_COLUMN = 72  # where the "// kernel.cu:76" source comment of a listing line starts
+LISTING_MAX = 180  # a loop up to this long is shown whole; a longer one as windows around landmarks
+# (first instruction index relative to the landmark, last): the loop's top, its first tensor-core
+# instructions, its first exponentials, and the back edge.
+WINDOW_TOP = (0, 30)
+WINDOW_TENSOR = (-10, 50)
+WINDOW_MUFU = (-10, 30)
+WINDOW_END = (-25, 0)
+
+
+@dataclass(frozen=True)
+class Instr:
+    addr: int
+    pred: str  # "" or "@P0", "@!UP1", ...
+    opcode: str  # with modifiers: "HMMA.16816.F32.BF16"
+    operands: str
+
+    @property
+    def key(self) -> str:
+        return opcode_key(self.opcode)
+
+    def text(self, where: str = "") -> str:
+        line = f"/*{self.addr:04x}*/ {self.pred:>6} {self.opcode} {self.operands}".rstrip()
+        return f"{line:<{SOURCE_COLUMN}} // {where}" if where else line
+
+
+def opcode_key(opcode: str) -> str:
+    parts = opcode.split(".")
+    if parts[0] == "MUFU" and len(parts) > 1:
+        return f"MUFU.{parts[1]}"
+    return parts[0]
+
+
+def group_of(key: str) -> str:
+    base = key.split(".")[0]
+    for name, _, members in GROUPS:
+        if base in members:
+            return name
+    return OTHER[0]
+
+
+def parse_instruction(text: str, addr: int) -> Instr:
+    tokens = text.split(None, 1)
+    pred = ""
+    if tokens and tokens[0].startswith("@"):
+        pred = tokens[0]
+        tokens = tokens[1].split(None, 1) if len(tokens) > 1 else []
+    opcode = tokens[0] if tokens else ""
+    operands = tokens[1].strip() if len(tokens) > 1 else ""
+    return Instr(addr, pred, opcode, operands)
+
+
+def parse_sass(dump: str, arch: str = "sm_90a") -> dict[str, list[Instr]]:
+    """{mangled function name: instructions} of the ELF sections built for ``arch``."""
+    functions: dict[str, list[Instr]] = {}
+    current_arch: str | None = None
+    current: list[Instr] | None = None
+    for line in dump.splitlines():
+        if line.startswith("Fatbin"):
+            current_arch, current = None, None
+        elif m := _ARCH_RE.match(line):
+            current_arch, current = m.group(1), None
+        elif m := _FUNCTION_RE.match(line):
+            current = functions.setdefault(m.group(1), []) if current_arch == arch else None
+        elif current is not None and (m := _INSTR_RE.match(line)):
+            current.append(parse_instruction(m.group(2), int(m.group(1), 16)))
+    return functions
+
+
+def histogram(instrs: list[Instr]) -> dict[str, int]:
+    """Opcode key -> count; NOP padding after the last EXIT is not code and is left out."""
+    counts: dict[str, int] = {}
+    for ins in instrs:
+        if ins.opcode == "NOP":
+            continue
+        counts[ins.key] = counts.get(ins.key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def group_counts(hist: dict[str, int]) -> dict[str, int]:
+    out = dict.fromkeys(GROUP_ORDER, 0)
+    for key, n in hist.items():
+        out[group_of(key)] += n
+    return out
+
+
+def tensor_shapes(instrs: list[Instr]) -> dict[str, int]:
+    """Full tensor-core opcodes (shape and types), e.g. HGMMA.64x128x16.F32.BF16."""
+    counts: dict[str, int] = {}
+    for ins in instrs:
+        if group_of(ins.key) == "tensor":
+            counts[ins.opcode] = counts.get(ins.opcode, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# --- the main loop -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int  # address of the backward branch's target
+    end: int  # address of the backward branch
+    body: tuple[Instr, ...]
+
+    @property
+    def tensor(self) -> int:
+        return sum(1 for i in self.body if group_of(i.key) == "tensor")
+
+    def contains(self, other: "Loop") -> bool:
+        return self != other and self.start <= other.start and other.end <= self.end
+
+
+def branch_target(ins: Instr) -> int | None:
+    if not ins.opcode.startswith("BRA"):
+        return None
+    m = _HEX_TARGET_RE.match(ins.operands.split(",")[-1].strip())
+    return int(m.group(1), 16) if m else None
+
+
+def loops(instrs: list[Instr]) -> list[Loop]:
+    """Every span closed by a backward branch, except jumps back from out-of-line code: a span that
+    holds an unconditional EXIT or RET is no loop body (e.g. a barrier-retry block placed after the
+    kernel's end, jumping back into the loop it came from)."""
+    found = []
+    for ins in instrs:
+        target = branch_target(ins)
+        if target is None or target > ins.addr:
+            continue
+        body = tuple(i for i in instrs if target <= i.addr <= ins.addr)
+        if any(i.opcode.split(".")[0] in ("EXIT", "RET") and not i.pred for i in body):
+            continue
+        found.append(Loop(target, ins.addr, body))
+    return found
+
+
+def main_loop(instrs: list[Instr]) -> Loop | None:
+    """The KV loop: the innermost loop holding tensor-core instructions (the most of them, if
+    several: an unrolled copy beats its remainder loop). Innermost, so that a persistent kernel's
+    tile loop, which also holds peeled iterations, does not win over the KV loop inside it."""
+    tensor_loops = [lp for lp in loops(instrs) if lp.tensor]
+    innermost = [lp for lp in tensor_loops if not any(lp.contains(o) for o in tensor_loops)]
+    if not innermost:
+        return None
+    return min(innermost, key=lambda lp: (-lp.tensor, lp.start, lp.end))
+
+
+def _gap(hidden: list[Instr]) -> str:
+    top = sorted(histogram(hidden).items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    what = ", ".join(f"{k} {n}" for k, n in top)
+    return f"        ... {len(hidden)} instructions not shown: {what}{', ...' if len(histogram(hidden)) > 5 else ''}"
+
+
+def listing(body: tuple[Instr, ...] | list[Instr], where: dict[int, str] | None = None) -> list[str]:
+    """The loop's SASS, bounded: whole when short, otherwise windows around the landmarks a reader
+    looks for, with a one-line summary of each gap. ``where`` adds source lines by address."""
+    where = where or {}
+    body = list(body)
+    n = len(body)
+    if n <= LISTING_MAX:
+        return [i.text(where.get(i.addr, "")) for i in body]
+    anchors = [(0, WINDOW_TOP), (n - 1, WINDOW_END)]
+    first_tensor = next((k for k, i in enumerate(body) if group_of(i.key) == "tensor"), None)
+    first_mufu = next((k for k, i in enumerate(body) if i.key.startswith("MUFU")), None)
+    if first_tensor is not None:
+        anchors.append((first_tensor, WINDOW_TENSOR))
+    if first_mufu is not None:
+        anchors.append((first_mufu, WINDOW_MUFU))
+    keep = set()
+    for at, (lo, hi) in anchors:
+        keep.update(range(max(0, at + lo), min(n, at + hi + 1)))
+    lines, hidden = [], []
+    for k, ins in enumerate(body):
+        if k in keep:
+            if hidden:
+                lines.append(_gap(hidden))
+                hidden = []
+            lines.append(ins.text(where.get(ins.addr, "")))
+        else:
+            hidden.append(ins)
+    return lines

@@ -1,0 +1,96 @@
+"""What a stage's kernel.cu says about its launch that the compiled code cannot: the dynamic shared
+memory it asks for (ptxas only sees static ``__shared__`` arrays).
+
+The stage ABI passes the dynamic shared memory to ``describe_kernel(kernel, threads, dynamic_smem,
+...)``; its third argument is read and evaluated against the file's ``constexpr`` integers, which
+may be expressions (``2 * BLOCK_N * HEAD_DIM * sizeof(bf16)``).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+
+_CONSTEXPR_RE = re.compile(
+    r"\bconstexpr\s+(?:static\s+)?(?:int|unsigned|uint32_t|int64_t|uint64_t|size_t|auto|long)\s+"
+    r"([A-Za-z_]\w*)\s*=\s*([^;{}]+);")
+_SIZEOF = {"bf16": 2, "__nv_bfloat16": 2, "half": 2, "__half": 2, "float": 4, "int": 4,
+           "uint32_t": 4, "uint64_t": 8, "int64_t": 8, "double": 8}
+_SIZEOF_RE = re.compile(r"sizeof\s*\(\s*([A-Za-z_]\w*)\s*\)")
+_SUFFIX_RE = re.compile(r"\b(\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
+_CAST_RE = re.compile(r"static_cast\s*<\s*\w+\s*>")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.LShift: operator.lshift,
+        ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitAnd: operator.and_}
+
+
+def evaluate(expr: str, env: dict[str, int]) -> int | None:
+    """An integer C expression over known constants, or None when it is anything else."""
+    text = _SIZEOF_RE.sub(lambda m: str(_SIZEOF.get(m.group(1), "?")), expr)
+    text = _CAST_RE.sub("", _SUFFIX_RE.sub(r"\1", text))
+    # C integer division truncates; all of these are non-negative, where floor division agrees.
+    text = re.sub(r"(?<![/])/(?![/])", "//", text)
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+    def walk(node):
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return env[node.id] if node.id in env else None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            v = walk(node.operand)
+            return None if v is None else -v
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            a, b = walk(node.left), walk(node.right)
+            if a is None or b is None or (isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0):
+                return None
+            return _OPS[type(node.op)](a, b)
+        return None
+
+    return walk(tree)
+
+
+def constants(source: str) -> dict[str, int]:
+    """Every ``constexpr`` integer of the file that evaluates, in order of definition."""
+    env: dict[str, int] = {}
+    for name, expr in _CONSTEXPR_RE.findall(source):
+        value = evaluate(expr, env)
+        if value is not None:
+            env.setdefault(name, value)
+    return env
+
+
+def call_arguments(source: str, function: str) -> list[str] | None:
+    """The top-level arguments of the first call of ``function`` (text), or None."""
+    m = re.search(rf"\b{re.escape(function)}\s*\(", source)
+    if not m:
+        return None
+    args, depth, start = [], 0, m.end()
+    for i in range(m.end(), len(source)):
+        c = source[i]
+        if c in "(<[{":
+            depth += 1
+        elif c in ")>]}":
+            if depth == 0:
+                args.append(source[start:i].strip())
+                return args
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(source[start:i].strip())
+            start = i + 1
+    return None
+
+
+def dynamic_smem(source: str) -> tuple[int | None, str]:
+    """(bytes, the expression as written) of the dynamic shared memory the stage launches with."""
+    args = call_arguments(source, "describe_kernel")
+    if not args or len(args) < 3:
+        return None, ""
+    expr = " ".join(args[2].split())
+    return evaluate(expr, constants(source)), expr

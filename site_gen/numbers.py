@@ -1,0 +1,187 @@
+"""Benchmark numbers as Markdown: the lineage tables of the overview and each stage's #benchmark.
+
+Input is the validated results files (gpu slug -> file, see results_io) and the stages; output is
+plain Markdown tables. A stage entry whose source_hash differs from the stage's current sources is
+marked stale, because the kernel it measured no longer exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SHAPE_ORDER = ("4k", "8k", "16k")
+REFERENCES = (("fa4", "FA4"), ("cudnn", "cuDNN"))
+STALE = '<span class="hd-stale" title="measured on older sources of this stage">stale</span>'
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """One GPU's results, indexed for the page builders."""
+
+    gpu: str
+    data: dict
+    by_key: dict  # (kind, name, shape, causal) -> entry
+
+    @classmethod
+    def of(cls, gpu: str, data: dict) -> "Numbers":
+        return cls(gpu, data, {(e["kind"], e["name"], e["shape"], e["causal"]): e for e in data["results"]})
+
+    @property
+    def gpu_name(self) -> str:
+        for run in self.data["runs"].values():
+            name = run.get("environment", {}).get("gpu_name")
+            if name:
+                return name
+        return self.gpu
+
+    def shapes(self) -> list[str]:
+        found = {k[2] for k in self.by_key}
+        known = [s for s in SHAPE_ORDER if s in found]
+        return known + sorted(found - set(known))
+
+    def stage(self, stage_id: str, shape: str, causal: bool) -> dict | None:
+        return self.by_key.get(("stage", stage_id, shape, causal))
+
+    def peer(self, name: str, shape: str, causal: bool) -> dict | None:
+        return self.by_key.get(("peer", name, shape, causal))
+
+    def ok_stage_count(self) -> int:
+        return sum(1 for e in self.data["results"] if e["kind"] == "stage" and e["status"] == "ok")
+
+
+def load_numbers(results: dict[str, dict]) -> list[Numbers]:
+    """Every GPU's numbers, the one with the most measured stages first (it drives the overview)."""
+    numbers = [Numbers.of(gpu, data) for gpu, data in sorted(results.items())]
+    return sorted(numbers, key=lambda n: -n.ok_stage_count())
+
+
+def is_stale(entry: dict, current_hash: str) -> bool:
+    return entry.get("source_hash") not in (None, current_hash)
+
+
+def _ratio(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def _ok(entry: dict | None) -> bool:
+    return entry is not None and entry.get("status") == "ok"
+
+
+def _cell(entry: dict | None, stale: bool) -> str:
+    """Overview cell: TFLOP/s in bold, ratios to the references below."""
+    if entry is None:
+        return ""
+    if not _ok(entry):
+        return f'<span class="hd-status" title="{_attr(entry.get("reason") or "")}">{entry["status"]}</span>'
+    ratios = entry.get("ratios") or {}
+    refs = " · ".join(_ratio(ratios.get(key)) for key, _ in REFERENCES)
+    mark = f" {STALE}" if stale else ""
+    return f'**{entry["tflops"]:.0f}**{mark}<br><small>{refs}</small>'
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace("|", "&#124;")
+
+
+def md_cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
+    """The lineage table (non-causal numbers next to each change) and the causal table."""
+    shapes = nums.shapes()
+    refs = " · ".join(label for _, label in REFERENCES)
+    out = []
+    for causal in (False, True):
+        rows = [s for s in stages if any(nums.stage(s.id, sh, causal) for sh in shapes)]
+        if causal and not rows:
+            continue
+        head = ["Stage", "The one change"] if not causal else ["Stage"]
+        out.append(f"**{'Causal' if causal else 'Non-causal'}** — TFLOP/s; below: ratio to {refs} "
+                   "measured in the same run (> 1 is faster).\n")
+        out.append("| " + " | ".join(head + shapes) + " |")
+        out.append("|" + "---|" * len(head) + "---:|" * len(shapes))
+        for s in (stages if not causal else rows):
+            link = f"[{s.id} · {md_cell(s.title)}](stages/{s.name}.md)"
+            cells = [link] + ([md_cell(s.change)] if not causal else [])
+            for sh in shapes:
+                e = nums.stage(s.id, sh, causal)
+                cells.append(_cell(e, e is not None and is_stale(e, hashes[s.id])))
+            out.append("| " + " | ".join(cells) + " |")
+        for key, label in REFERENCES:
+            peers = [nums.peer(key, sh, causal) for sh in shapes]
+            if any(_ok(p) for p in peers):
+                title = (peers[0] or {}).get("label") or label
+                cells = [f"*{md_cell(title)}*"] + ([""] if not causal else [])
+                cells += [f"*{p['tflops']:.0f}*" if _ok(p) else "" for p in peers]
+                out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
+    """#benchmark body for one stage on one GPU; empty string if this GPU never measured it."""
+    rows = []
+    stale_seen = False
+    for causal in (False, True):
+        for sh in nums.shapes():
+            e = nums.stage(stage.id, sh, causal)
+            if e is None:
+                continue
+            label = f"{sh}{' causal' if causal else ''}"
+            if not _ok(e):
+                reason = md_cell(e.get("reason") or "")
+                rows.append(f"| {label} | {e['status']} | | | | | | {reason} |")
+                continue
+            stale = is_stale(e, hashes[stage.id])
+            stale_seen |= stale
+            ratios = e.get("ratios") or {}
+            p = nums.stage(prev.id, sh, causal) if prev is not None else None
+            vs_prev = _ratio(e["tflops"] / p["tflops"]) if _ok(p) and p["tflops"] else "–"
+            spread = f"{e['spread_pct']:.1f} %" if e.get("spread_pct") is not None else ""
+            err = f"{e['rel_err']:.2g}" if e.get("rel_err") is not None else ""
+            mark = f" {STALE}" if stale else ""
+            rows.append(f"| {label} | **{e['tflops']:.1f}**{mark} | {e['median_ms']:.4f} | {spread} | "
+                        + " | ".join(_ratio(ratios.get(k)) for k, _ in REFERENCES)
+                        + f" | {vs_prev} | {err} |")
+    if not rows:
+        return ""
+    prev_head = f"vs {prev.id}" if prev is not None else "vs previous"
+    head = ("| Shape | TFLOP/s | Median ms | Spread | "
+            + " | ".join(f"vs {label}" for _, label in REFERENCES)
+            + f" | {prev_head} | Rel. error |\n|---|---:|---:|---:|" + "---:|" * len(REFERENCES) + "---:|---:|")
+    out = [head, *rows, ""]
+    if stale_seen:
+        out.append(f"{STALE}: measured on an older version of this stage's sources (the current hash is "
+                   f"`{hashes[stage.id]}`); rerun the benchmark to refresh.\n")
+    return "\n".join(out)
+
+
+def environment(nums: Numbers) -> str:
+    """The GPU and software of each run that produced the shown numbers, as a Markdown list."""
+    out = []
+    for run_id in sorted({e["run_id"] for e in nums.data["results"]}):
+        run = nums.data["runs"][run_id]
+        env = run.get("environment", {})
+        commit = run.get("git_commit")
+        head = f"- **Run {run_id}**, {run.get('date', '')}"
+        if commit:
+            head += f", commit `{commit[:10]}`" + (" with local changes" if run.get("git_dirty") else "")
+        if run.get("command"):
+            head += f" (`{run['command']}`)"
+        gpu = [f"compute capability {env.get('compute_capability', '?')}"]
+        if env.get("sm_count"):
+            gpu.append(f"{env['sm_count']} SMs")
+        if env.get("max_sm_mhz"):
+            gpu.append(f"max SM clock {env['max_sm_mhz']} MHz")
+        clocks = (env.get("clocks_before") or {}).get("sm_mhz"), (env.get("clocks_after") or {}).get("sm_mhz")
+        if all(clocks):
+            gpu.append(f"SM clock {clocks[0]} → {clocks[1]} MHz over the run")
+        if isinstance(env.get("power_limit_w"), (int, float)):
+            gpu.append(f"power limit {env['power_limit_w']:.0f} W")
+        soft = " · ".join(f"{label} {env[key]}" for key, label in
+                          (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"), ("cudnn", "cuDNN")) if env.get(key))
+        out += [head, f"    - GPU: {env.get('gpu_name', nums.gpu)} ({', '.join(gpu)})",
+                f"    - Software: {soft}" if soft else ""]
+    return "\n".join(line for line in out if line) + "\n"

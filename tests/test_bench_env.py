@@ -1,0 +1,57 @@
+"""Environment readings: nvidia-smi parsing (absent or partial) and the git state fallbacks."""
+
+from __future__ import annotations
+
+import subprocess
+
+from bench import env
+
+
+def test_parse_smi_reads_clocks_and_power():
+    assert env.parse_smi("1980, 3201, 1980, 700.00\n") == {
+        "sm_mhz": 1980, "mem_mhz": 3201, "max_sm_mhz": 1980, "power_limit_w": 700.0}
+
+
+def test_parse_smi_tolerates_unsupported_and_garbage():
+    assert env.parse_smi("345, [N/A], 1980, [Not Supported]") == {
+        "sm_mhz": 345, "mem_mhz": None, "max_sm_mhz": 1980, "power_limit_w": None}
+    empty = {"sm_mhz": None, "mem_mhz": None, "max_sm_mhz": None, "power_limit_w": None}
+    assert env.parse_smi("") == empty
+    assert env.parse_smi("Failed to initialize NVML: Unknown Error") == empty
+
+
+def test_read_clocks_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(env.shutil, "which", lambda name: None)
+    assert env.read_clocks() == {"sm_mhz": None, "mem_mhz": None, "max_sm_mhz": None, "power_limit_w": None}
+    assert env.driver_version() is None
+
+
+def test_git_state_outside_a_checkout_uses_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("HOPATTN_GIT_COMMIT", raising=False)
+    monkeypatch.delenv("HOPATTN_GIT_DIRTY", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert env.git_state(tmp_path) == (None, None)
+    monkeypatch.setenv("HOPATTN_GIT_COMMIT", "AB" * 20)
+    monkeypatch.setenv("HOPATTN_GIT_DIRTY", "1")
+    assert env.git_state(tmp_path) == ("ab" * 20, True)
+    monkeypatch.setenv("HOPATTN_GIT_COMMIT", "not-a-commit")
+    monkeypatch.setenv("HOPATTN_GIT_DIRTY", "0")
+    assert env.git_state(tmp_path) == (None, False)
+
+
+def test_git_state_in_a_checkout(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    git("add", "a.txt")
+    git("commit", "-q", "-m", "x")
+    commit, dirty = env.git_state(tmp_path)
+    assert len(commit) == 40 and dirty is False
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "gpu.json").write_text("{}")
+    assert env.git_state(tmp_path)[1] is False  # the file a run writes does not make the tree dirty
+    (tmp_path / "a.txt").write_text("2")
+    assert env.git_state(tmp_path)[1] is True

@@ -1,0 +1,157 @@
+"""The generated diagrams: interface, accessibility, byte stability, themes, speed.
+
+Most tests run on the fixture lineage under tests/fixtures/diagram_stages (18 stages, including
+the Hopper stages that do not exist yet: warp-specialised wgmma with 3 warpgroups, TMA,
+pingpong, causal); a few run on the real stages as well.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from hopattn import lineage
+from site_gen.diagrams import Diagram, all_diagrams, concept_diagrams, stage_diagrams
+from site_gen.diagrams.concepts import CONCEPTS
+from site_gen.diagrams.svg import PALETTE
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagram_stages"
+CSS = ROOT / "docs" / "assets" / "stylesheets" / "diagrams.css"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def fixture_stages():
+    return lineage.discover(FIXTURES)
+
+
+@pytest.fixture(scope="module")
+def fixture_diagrams(fixture_stages):
+    return all_diagrams(fixture_stages)
+
+
+@pytest.fixture(scope="module")
+def real_stages():
+    return lineage.discover()
+
+
+def test_fixture_lineage_has_the_hopper_shapes(fixture_stages):
+    assert [s.number for s in fixture_stages] == list(range(1, 19))
+    ws = fixture_stages[10]  # 11: warp specialisation
+    assert ws.warps == 12 and [len(r.warps) for r in ws.roles] == [4, 4, 4]
+    assert [r.registers for r in ws.roles] == [24, 240, 240]
+    assert {op.engine for op in ws.schedule} >= {"tma", "wgmma"}
+    assert fixture_stages[16].causal
+
+
+def test_three_per_stage_plus_concepts_at_least_sixty(fixture_stages, fixture_diagrams):
+    assert len(fixture_diagrams) >= 60
+    assert len(fixture_diagrams) == 3 * len(fixture_stages) + len(CONCEPTS)
+    for s in fixture_stages:
+        kinds = [d.kind for d in fixture_diagrams if d.stage == s.number and d.kind != "concept"]
+        assert kinds == ["memory", "roles", "timeline"]
+    assert all(isinstance(d, Diagram) for d in fixture_diagrams)
+
+
+def test_real_stages_render(real_stages):
+    ds = all_diagrams(real_stages)
+    assert len(ds) == 3 * len(real_stages) + sum(1 for n, _ in CONCEPTS if n <= len(real_stages))
+    for d in ds:
+        ET.fromstring(d.svg)
+
+
+def test_concepts_of_missing_stages_are_not_emitted(fixture_stages):
+    first3 = fixture_stages[:3]
+    ds = all_diagrams(first3)
+    assert {d.stage for d in ds if d.kind == "concept"} == {1, 2, 3}
+    assert concept_diagrams(fixture_stages[0], first3)[0].id == "c-online-softmax"
+
+
+def test_ids_unique_and_prefixed(fixture_diagrams):
+    ids = [d.id for d in fixture_diagrams]
+    assert len(ids) == len(set(ids))
+    seen = set()
+    for d in fixture_diagrams:
+        root = ET.fromstring(d.svg)
+        assert root.get("id") == d.id
+        for el in root.iter():
+            i = el.get("id")
+            if i and el is not root:
+                assert i.startswith(d.id + "-"), (d.id, i)
+                assert i not in seen
+                seen.add(i)
+        for ref in re.findall(r"url\(#([^)]+)\)", d.svg):
+            assert ref.startswith(d.id + "-")
+
+
+def test_accessible(fixture_diagrams):
+    for d in fixture_diagrams:
+        root = ET.fromstring(d.svg)
+        assert root.get("role") == "img"
+        title, desc = root[0], root[1]
+        assert title.tag == SVG_NS + "title" and title.text == d.title
+        assert desc.tag == SVG_NS + "desc" and len(desc.text) > 40
+        assert root.get("aria-labelledby") == f"{title.get('id')} {desc.get('id')}"
+        x0, y0, w, h = map(float, root.get("viewBox").split())
+        assert 760 <= w <= 900 and (w, h) == (d.width, d.height)
+        assert d.caption.strip()
+
+
+def test_byte_stable_and_rounded(fixture_stages, fixture_diagrams):
+    again = all_diagrams(fixture_stages)
+    assert [d.svg for d in again] == [d.svg for d in fixture_diagrams]
+    for d in fixture_diagrams:
+        long_floats = re.findall(r'="(-?\d+\.\d{3,})"', d.svg)
+        assert not long_floats, (d.id, long_floats[:3])
+        coords = re.findall(r' (?:x|y|x1|x2|y1|y2|width|height|cx|cy|r)="(-?\d+\.\d{2,})"', d.svg)
+        assert not coords, (d.id, coords[:3])
+        assert not re.search(r'\bid="id\d+"', d.svg)  # svgwrite's global counter never used
+
+
+def test_colours_are_theme_variables(fixture_diagrams):
+    css = CSS.read_text()
+    for key in PALETTE:
+        assert css.count(f"--hd-{key}:") == 2, key  # default and slate
+    for d in fixture_diagrams:
+        for attr, value in re.findall(r'\b(fill|stroke)="([^"]+)"', d.svg):
+            assert value == "none" or re.fullmatch(r"var\(--hd-[a-z0-9]+, #[0-9a-f]{6}\)", value), (d.id, value)
+
+
+def test_text_is_text(fixture_diagrams):
+    for d in fixture_diagrams:
+        root = ET.fromstring(d.svg)
+        assert root.get("font-family")
+        assert len(list(root.iter(SVG_NS + "text"))) >= 5
+        assert "<image" not in d.svg
+
+
+def test_standalone(fixture_diagrams):
+    d = fixture_diagrams[0]
+    s = d.standalone
+    assert s.startswith("<?xml")
+    root = ET.fromstring(s.split("\n", 1)[1])
+    assert root.get("width") == str(d.width) and root.get("height") == str(d.height)
+    assert root[0].tag == SVG_NS + "title"
+
+
+def test_speed_of_an_eighteen_stage_site(fixture_stages):
+    t = time.perf_counter()
+    ds = all_diagrams(fixture_stages)
+    elapsed = time.perf_counter() - t
+    assert len(ds) >= 60
+    assert elapsed < 10, elapsed
+
+
+def test_independent_of_svgwrites_global_counter(fixture_stages, fixture_diagrams):
+    import svgwrite
+
+    d = svgwrite.Drawing()
+    for _ in range(7):
+        d.add(d.rect()).get_id()  # advances the process-wide id counter
+    assert [x.svg for x in all_diagrams(fixture_stages[:4])] == [x.svg for x in fixture_diagrams
+                                                                  if x.stage is not None and x.stage <= 4]

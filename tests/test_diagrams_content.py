@@ -1,0 +1,165 @@
+"""The diagrams tell the truth: their numbers are the spec's numbers and the schedule obeys its rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from hopattn import lineage
+from site_gen.diagrams import engines, facts, schedule
+from site_gen.diagrams.concepts.scheduling import causal_blocks, lpt
+from site_gen.diagrams.memory import memory_diagram, plan
+from site_gen.diagrams.roles import roles_diagram
+from site_gen.diagrams.svg import fmt_bytes
+from site_gen.diagrams.timeline import iterations_for, timeline_diagram
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagram_stages"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _stages():
+    return lineage.discover(FIXTURES) + lineage.discover()
+
+
+STAGES = _stages()
+IDS = [f"{'fx' if FIXTURES in s.dir.parents else 'real'}{s.id}" for s in STAGES]
+
+
+def texts(svg: str) -> list[str]:
+    return [t.text or "" for t in ET.fromstring(svg).iter(SVG_NS + "text")]
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=IDS)
+def test_one_warp_box_per_warp(stage):
+    d = roles_diagram(stage, STAGES)
+    root = ET.fromstring(d.svg)
+    boxes = [e for e in root.iter(SVG_NS + "rect") if e.get("class") == "hd-warp"]
+    assert len(boxes) == stage.warps
+    labels = [t for t in texts(d.svg) if re.fullmatch(r"warp \d+", t)]
+    assert sorted(labels) == sorted(f"warp {w}" for w in range(stage.warps))
+    for r in stage.roles:
+        body = " ".join(texts(d.svg))
+        assert f"{32 * len(r.warps)} threads" in body
+        assert (f"setmaxnreg {r.registers}" if r.registers else "compiler-chosen") in body
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=IDS)
+def test_timeline_obeys_the_model_rules(stage):
+    iters, tiles = iterations_for(stage)
+    assert iters * tiles >= 3
+    slots = schedule.simulate(stage, iters, tiles)
+    by_key = {s.key: s for s in slots}
+    # one op at a time per unit
+    for unit in schedule.UNITS:
+        mine = sorted((s for s in slots if s.op.unit == unit), key=lambda s: s.start)
+        for a, b in zip(mine, mine[1:]):
+            assert a.end <= b.start + 1e-12, (stage.id, unit, a.key, b.key)
+    # every dependency respected
+    for s in slots:
+        for dep in s.op.after:
+            back = 2 if dep.startswith("prev2.") else 1 if dep.startswith("prev.") else 0
+            name = dep.split(".", 1)[1] if back else dep
+            d = by_key.get((name, s.it - back))
+            if d is not None:
+                assert d.end <= s.start + 1e-12, (stage.id, s.key, dep)
+    # a synchronous op holds its role: the role's next op starts after it ends
+    order = {o.name: i for i, o in enumerate(schedule.model_ops(stage))}
+    for stream in {schedule.stream(s.op) for s in slots}:
+        mine = sorted((s for s in slots if schedule.stream(s.op) == stream),
+                      key=lambda s: (s.tile, s.it, s.op.kind == "store_o", order[s.op.name]))
+        for a, b in zip(mine, mine[1:]):
+            if not engines.is_async(a.op.engine):
+                assert a.end <= b.start + 1e-12, (stage.id, a.key, b.key)
+    every = {(o.op, i) for o in stage.schedule if o.kind != "store_o" for i in range(iters * tiles)}
+    assert every <= set(by_key)
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=IDS)
+def test_timeline_draws_every_slot_and_states_the_prediction(stage):
+    d = timeline_diagram(stage, STAGES)
+    iters, tiles = iterations_for(stage)
+    n = len(schedule.simulate(stage, iters, tiles))
+    root = ET.fromstring(d.svg)
+    bars = [g for g in root.iter(SVG_NS + "g") if g.get("id") == f"{d.id}-bars"][0]
+    assert len(bars.findall(SVG_NS + "rect")) == n
+    p = schedule.predict(stage)
+    body = " ".join(texts(d.svg))
+    assert "per KV iteration" in body and schedule.UNIT_LABEL[p.bound] in body
+    assert p.period >= max(p.busy.values()) - 1e-15
+
+
+def test_durations_follow_the_rates():
+    s = lineage.load_stage(FIXTURES / "11_warp-specialization")
+    ops = {o.name: o for o in schedule.model_ops(s)}
+    # 64 rows x 128 keys x 128 dims x 2 at 989/132 TFLOP/s
+    assert schedule.duration(s, ops["qk0"]) == pytest.approx(2 * 64 * 128 * 128 / (989e12 / 132))
+    assert schedule.duration(s, ops["load_k"]) == pytest.approx(128 * 128 * 2 / (2 * 4.24e12 / 132))
+    base = lineage.load_stage(FIXTURES / "01_baseline")
+    qk = {o.name: o for o in schedule.model_ops(base)}["qk"]
+    assert schedule.duration(base, qk) == pytest.approx(2 * 64 * 64 * 128 / (989e12 / 132 * 2 / 3))
+
+
+def test_cyclic_schedule_is_reported():
+    s = lineage.load_stage(FIXTURES / "02_smem-tiles")
+    ops = list(s.schedule)
+    ops[0] = dataclasses.replace(ops[0], after=("pv",))  # load_k waits for its own iteration's pv
+    bad = dataclasses.replace(s, schedule=tuple(ops))
+    with pytest.raises(schedule.ScheduleError):
+        schedule.simulate(bad)
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=IDS)
+def test_memory_bytes_are_spec_arithmetic(stage):
+    m, n, d = stage.block_m, stage.block_n, stage.head_dim
+    cols = plan(stage)
+    assert cols["Q"]["cells"]["global"].lines[1] == f"bf16 · {fmt_bytes(m * d * 2)}"
+    assert cols["K"]["cells"]["global"].lines[1] == f"bf16 · {fmt_bytes(n * d * 2)}"
+    assert cols["S"]["cells"]["regs"].lines[1] == fmt_bytes(m * n * 4)
+    assert cols["P"]["cells"]["regs"].lines[1] == fmt_bytes(m * n * 2)
+    assert cols["O"]["cells"]["regs"].lines[1] == fmt_bytes(m * d * 4)
+    k_in = [a for a in cols["K"]["arrows"] if a.src == "l2"][0]
+    if facts.smem_of(stage, "K"):
+        assert k_in.lines[1] == f"{fmt_bytes(n * d * 2 // facts.cluster(stage))} / iter"
+    else:
+        warps = len(facts.role(stage, stage.schedule[0].role).warps)
+        assert k_in.lines[1] == f"{warps} warps × {fmt_bytes(n * d * 2)}"
+    svg = memory_diagram(stage, [stage]).svg
+    body = texts(svg)
+    for b in stage.smem:
+        assert any(t.startswith(f"{b.name}: {b.buffers} × [") and t.endswith(f"= {fmt_bytes(b.bytes)}") for t in body)
+    if stage.smem:
+        assert f"Shared memory: {fmt_bytes(stage.smem_bytes)} of 227 KiB per block" in body
+
+
+def test_mechanisms_come_from_the_spec():
+    fx = {s.number: s for s in lineage.discover(FIXTURES)}
+    assert facts.load_family(fx[1], "K") == "ld.global" and facts.fragment_family(fx[1]) == "ld.global"
+    assert facts.fragment_family(fx[3]) == "ldmatrix"
+    assert facts.load_family(fx[5], "K") == "cp.async"
+    assert facts.load_family(fx[7], "K") == "tma" and facts.load_family(fx[7], "Q") == "tma"
+    assert facts.fragment_family(fx[8]) == "wgmma-desc" and facts.p_in_smem(fx[8])
+    assert not facts.p_in_smem(fx[9])
+    assert facts.o_path(fx[15]) == ["stmatrix", "tma-store"] and facts.o_path(fx[14]) == ["st.global"]
+    assert facts.cluster(fx[16]) == 2 and facts.cluster(fx[15]) == 1
+    labels = [a.lines[0] for a in plan(fx[16])["K"]["arrows"] if a.lines]
+    assert "TMA multicast ×2" in labels
+
+
+def test_causal_block_map_counts():
+    blocks = causal_blocks(128, 128, 1024)
+    states = list(blocks.values())
+    assert states.count("mask") == 8 and states.count("full") == 28 and states.count("skip") == 28
+    for (i, j), s in causal_blocks(128, 160, 1024).items():
+        rows, cols = range(128 * i, 128 * i + 128), range(160 * j, min(160 * j + 160, 1024))
+        visible = [c <= r for r in rows for c in cols]
+        assert s == ("full" if all(visible) else "skip" if not any(visible) else "mask")
+
+
+def test_longest_first_beats_launch_order():
+    costs = [(i, i + 1) for i in range(8)]
+    span = lambda plan: max(e for _, _, e, _ in plan)
+    assert span(lpt(sorted(costs, key=lambda x: -x[1]), 3)) < span(lpt(costs, 3))
