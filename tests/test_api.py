@@ -19,24 +19,24 @@ def test_valid_call_returns_q_shaped_output():
 
 
 def test_out_is_returned():
-    q = meta(1, 1, 64, 128)
-    out = meta(1, 1, 64, 128)
+    q = meta(1, 1, 128, 128)
+    out = meta(1, 1, 128, 128)
     assert hopattn.attention(q, q, q, stage=2, out=out) is out
 
 
 @pytest.mark.parametrize(
     "kwargs, args, error, message",
     [
-        ({}, (meta(1, 1, 64, 128, dtype=torch.float16), meta(1, 1, 64, 128), meta(1, 1, 64, 128)), TypeError,
+        ({}, (meta(1, 1, 64, 128, dtype=torch.float16), meta(1, 1, 128, 128), meta(1, 1, 128, 128)), TypeError,
          "q: expected dtype torch.bfloat16"),
         ({}, (meta(1, 64, 128), meta(1, 64, 128), meta(1, 64, 128)), ValueError, "q: expected a 4-d tensor"),
-        ({}, (meta(1, 1, 64, 64), meta(1, 1, 64, 64), meta(1, 1, 64, 64)), ValueError, "q: expected head dim 128"),
-        ({}, (meta(1, 1, 100, 128), meta(1, 1, 64, 128), meta(1, 1, 64, 128)), ValueError, "multiple of 64, got 100"),
-        ({}, (meta(1, 1, 64, 128), meta(1, 1, 65, 128), meta(1, 1, 65, 128)), ValueError, "k: stage 01 needs the key length"),
-        ({}, (meta(1, 1, 64, 128), meta(1, 1, 64, 128), meta(1, 1, 128, 128)), ValueError, "v: expected the shape of k"),
-        ({}, (meta(1, 2, 64, 128), meta(1, 3, 64, 128), meta(1, 3, 64, 128)), ValueError, "k: expected batch 1 and heads 2"),
-        ({}, (meta(2, 1, 64, 128), meta(1, 1, 64, 128), meta(1, 1, 64, 128)), ValueError, "k: expected batch 2"),
-        ({}, (meta(1, 1, 0, 128), meta(1, 1, 64, 128), meta(1, 1, 64, 128)), ValueError, "q: expected a non-empty sequence"),
+        ({}, (meta(1, 1, 128, 64), meta(1, 1, 128, 64), meta(1, 1, 128, 64)), ValueError, "q: expected head dim 128"),
+        ({}, (meta(1, 1, 100, 128), meta(1, 1, 128, 128), meta(1, 1, 128, 128)), ValueError, "multiple of 128, got 100"),
+        ({}, (meta(1, 1, 128, 128), meta(1, 1, 65, 128), meta(1, 1, 65, 128)), ValueError, "k: stage 01 needs the key length to be a multiple of 64, got 65"),
+        ({}, (meta(1, 1, 128, 128), meta(1, 1, 128, 128), meta(1, 1, 256, 128)), ValueError, "v: expected the shape of k"),
+        ({}, (meta(1, 2, 128, 128), meta(1, 3, 128, 128), meta(1, 3, 128, 128)), ValueError, "k: expected batch 1 and heads 2"),
+        ({}, (meta(2, 1, 128, 128), meta(1, 1, 128, 128), meta(1, 1, 128, 128)), ValueError, "k: expected batch 2"),
+        ({}, (meta(1, 1, 0, 128), meta(1, 1, 128, 128), meta(1, 1, 128, 128)), ValueError, "q: expected a non-empty sequence"),
         ({"stage": 99}, None, ValueError, "stage: expected one of"),
         ({"stage": "1"}, None, ValueError, "stage: expected one of"),
         ({"causal": True}, None, ValueError, "causal: stage 01 is non-causal only"),
@@ -50,34 +50,34 @@ def test_out_is_returned():
 )
 def test_bad_inputs_name_the_argument(kwargs, args, error, message):
     if args is None:
-        args = (meta(1, 1, 64, 128),) * 3
+        args = (meta(1, 1, 128, 128),) * 3
     kwargs = {"stage": 1, **kwargs}
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
         hopattn.attention(*args, **kwargs)
 
 
 def test_non_tensor_and_cpu_inputs_are_rejected():
-    q = meta(1, 1, 64, 128)
+    q = meta(1, 1, 128, 128)
     with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
         hopattn.attention(q, [1, 2], q, stage=1)
-    cpu = torch.zeros(1, 1, 64, 128, dtype=BF16)
+    cpu = torch.zeros(1, 1, 128, 128, dtype=BF16)
     with pytest.raises(ValueError, match="q: expected a CUDA tensor, got device cpu"):
         hopattn.attention(cpu, cpu, cpu, stage=1)
 
 
 def test_non_contiguous_input_is_rejected():
-    k = meta(1, 64, 2, 128).transpose(1, 2)  # BSHD storage seen as BHSD
-    q = meta(1, 2, 64, 128)
+    k = meta(1, 128, 2, 128).transpose(1, 2)  # BSHD storage seen as BHSD
+    q = meta(1, 2, 128, 128)
     with pytest.raises(ValueError, match="k: stage 01 expects a contiguous BHSD tensor"):
-        hopattn.attention(q, k, meta(1, 2, 64, 128), stage=1)
+        hopattn.attention(q, k, meta(1, 2, 128, 128), stage=1)
 
 
 def test_bad_out_is_rejected():
-    q = meta(1, 1, 64, 128)
+    q = meta(1, 1, 128, 128)
     with pytest.raises(ValueError, match="out: expected a torch.bfloat16 tensor of shape"):
-        hopattn.attention(q, q, q, stage=1, out=meta(1, 1, 128, 128))
+        hopattn.attention(q, q, q, stage=1, out=meta(1, 1, 256, 128))
     with pytest.raises(ValueError, match="out: expected a contiguous tensor"):
-        hopattn.attention(q, q, q, stage=1, out=meta(1, 1, 128, 64).transpose(2, 3))
+        hopattn.attention(q, q, q, stage=1, out=meta(1, 1, 128, 128).transpose(2, 3))
 
 
 def test_default_stage_is_the_last():
