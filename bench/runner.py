@@ -185,7 +185,7 @@ def run_config(s: Session, arms, shape: Shape, causal: bool, run_id: str) -> lis
 def _time_live(s: Session, live: dict, shape: Shape, causal: bool, run_id: str, entries: dict, raw: dict,
                name: str) -> None:
     """Warm up, pick launches per round from a first timing, then the alternating rounds."""
-    fns, contexts, launches = {}, {}, {}
+    fns, contexts, launches, warm = {}, {}, {}, {}
     for key, (arm, launch, _) in list(live.items()):
         try:
             with launch.context():
@@ -199,6 +199,7 @@ def _time_live(s: Session, live: dict, shape: Shape, causal: bool, run_id: str, 
             continue
         fns[key], contexts[key] = launch.fn, launch.context
         launches[key] = timing.launches_for(first, s.launches)
+        warm[key] = timing.warm_launches(first)
         raw["arms"][key]["first_ms"] = first
         raw["arms"][key]["launches"] = launches[key]
     if not fns:
@@ -210,7 +211,7 @@ def _time_live(s: Session, live: dict, shape: Shape, causal: bool, run_id: str, 
         s.log(f"{name}: round {r + 1}/{s.rounds} done (fastest {best:.4f} ms)")
 
     try:
-        timed = timing.run_rounds(s.timer, fns, s.rounds, launches, contexts, on_round)
+        timed = timing.run_rounds(s.timer, fns, s.rounds, launches, contexts, on_round, warm)
     except Exception as exc:
         for key, (arm, _, _) in live.items():
             entries[key] = make_entry(arm, shape, causal, run_id, "failed", f"while timing: {_why(exc)}")

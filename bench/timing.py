@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 from bench import stats
 
 FLUSH_BYTES = 256 << 20  # larger than any Hopper L2 (50-60 MB); grown to 4x L2 where a GPU has more
 HEAD_START_CYCLES = 2_000_000  # about 1 ms of GPU spin so the host queues the first launch before it runs
+# GPU time each arm runs untimed right before its timed launches, in every round. Without it an arm
+# inherits the clocks and power headroom its predecessor left (seen on the H200: FlashAttention-4
+# 14% faster after a light arm than after cuDNN), and fast arms are timed before the chip settles.
+WARM_MS = 300.0
 
 
 class Timer:
@@ -51,8 +56,13 @@ def launches_for(first_ms: float, max_launches: int, budget_ms: float = 400.0, m
     return max(min_launches, min(max_launches, int(budget_ms // first_ms)))
 
 
+def warm_launches(first_ms: float, warm_ms: float = WARM_MS) -> int:
+    """Untimed launches that keep the GPU busy with one arm for about warm_ms."""
+    return max(1, math.ceil(warm_ms / first_ms)) if first_ms > 0 else 1
+
+
 def run_rounds(timer, arms: dict, rounds: int, launches: dict, contexts: dict | None = None,
-               on_round=None) -> dict:
+               on_round=None, warm: dict | None = None) -> dict:
     """Per-round medians for every arm: {name: [ms of round 0, round 1, ...]}.
 
     arms: name -> launcher; launches: name -> launches per round; contexts: name -> context factory
@@ -65,6 +75,8 @@ def run_rounds(timer, arms: dict, rounds: int, launches: dict, contexts: dict | 
     for r in range(rounds):
         for name in stats.round_order(names, r):
             with contexts.get(name, nullcontext)():
+                for _ in range((warm or {}).get(name, 0)):
+                    arms[name]()
                 times = timer.launches(arms[name], launches[name])
             raw[name].append(times)
             out[name].append(stats.median(times))
