@@ -45,6 +45,11 @@ class Timer:
         torch.cuda.synchronize()
         return [start.elapsed_time(end) for start, end in events]
 
+    def warm(self, fn, n: int) -> None:
+        """n untimed back-to-back launches (see WARM_MS)."""
+        for _ in range(n):
+            fn()
+
     def one(self, fn) -> float:
         return self.launches(fn, 1)[0]
 
@@ -75,8 +80,8 @@ def run_rounds(timer, arms: dict, rounds: int, launches: dict, contexts: dict | 
     for r in range(rounds):
         for name in stats.round_order(names, r):
             with contexts.get(name, nullcontext)():
-                for _ in range((warm or {}).get(name, 0)):
-                    arms[name]()
+                if warm and hasattr(timer, "warm"):
+                    timer.warm(arms[name], warm[name])
                 times = timer.launches(arms[name], launches[name])
             raw[name].append(times)
             out[name].append(stats.median(times))
