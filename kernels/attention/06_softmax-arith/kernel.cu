@@ -1,13 +1,16 @@
 // Stage 06 — softmax arithmetic.
 //
 // With the loads off the critical path, the softmax between the two GEMMs is what the tensor
-// cores wait for. Three changes shrink it without changing the result beyond rounding:
+// cores wait for. Four changes shrink it without changing the result beyond rounding:
 // - exp2 instead of exp, with the scale and log2(e) folded into one constant, so each score costs
 //   one FFMA and one MUFU.EX2 (expf costs a multiply, range reduction and the EX2);
 // - the row sum is kept per thread and reduced across the quad once, after the loop, instead of
 //   two shuffles per row per tile;
 // - two floats become a bf16x2 register with one cvt.rn.bf16x2.f32 instead of two conversions
-//   and a shift-and-or.
+//   and a shift-and-or;
+// - O and the row sums are rescaled only when a row maximum grows by more than 2^8, not on every
+//   tile: after the first tiles the maximum rarely moves that much, and 128 FMULs per thread and
+//   tile disappear.
 #include <cuda_bf16.h>
 
 #include "../common/abi.h"
@@ -28,6 +31,7 @@ constexpr int K_STEPS = HEAD_DIM / 16;  // k-steps of the QKᵀ product
 constexpr int S_TILES = BLOCK_N / 8;    // n8 tiles of one S row block
 constexpr int O_TILES = HEAD_DIM / 8;   // n8 tiles of one O row block
 constexpr int PV_STEPS = BLOCK_N / 16;  // k-steps of the PV product
+constexpr float RESCALE_THRESHOLD = 8.f;  // log2 of the growth tolerated before rescaling
 
 using bf16 = __nv_bfloat16;
 
@@ -137,32 +141,47 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
             }
         }
 
-        // Online softmax: new running max, rescale what was accumulated, exponentiate.
+        // Online softmax. The running max only moves (and O and the sums are only rescaled) when
+        // some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against the
+        // stale max, stays below 2^8 and the final division cancels the difference exactly.
+        float tile_max[M_TILES][2];
+        bool grew = false;
         #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
         #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            float tile_max = -INFINITY;
+            float x = -INFINITY;
             #pragma unroll
-            for (int n = 0; n < S_TILES; ++n) {
-                tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
+            for (int n = 0; n < S_TILES; ++n) x = fmaxf(x, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
+            tile_max[m][half] = quad_max(x);
+            grew |= (tile_max[m][half] - row_max[m][half]) * scale_log2 > RESCALE_THRESHOLD;
+        }
+        if (__any_sync(0xffffffffu, grew)) {  // warp-uniform: every lane takes the same path
+            #pragma unroll
+            for (int m = 0; m < M_TILES; ++m)
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const float new_max = fmaxf(row_max[m][half], tile_max[m][half]);
+                const float correction = exp2_approx((row_max[m][half] - new_max) * scale_log2);
+                row_max[m][half] = new_max;
+                row_sum[m][half] *= correction;
+                #pragma unroll
+                for (int d = 0; d < O_TILES; ++d) {
+                    o_acc[m][d][2 * half] *= correction;
+                    o_acc[m][d][2 * half + 1] *= correction;
+                }
             }
-            const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
-            const float correction = exp2_approx((row_max[m][half] - new_max) * scale_log2);
-            row_max[m][half] = new_max;
-            const float max_scaled = new_max * scale_log2;
-            float tile_sum = 0.f;
+        }
+        #pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const float max_scaled = row_max[m][half] * scale_log2;
             #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
                 s[m][n][2 * half] = exp2_approx(fmaf(s[m][n][2 * half], scale_log2, -max_scaled));
                 s[m][n][2 * half + 1] = exp2_approx(fmaf(s[m][n][2 * half + 1], scale_log2, -max_scaled));
-                tile_sum += s[m][n][2 * half] + s[m][n][2 * half + 1];
-            }
-            row_sum[m][half] = row_sum[m][half] * correction + tile_sum;
-            #pragma unroll
-            for (int d = 0; d < O_TILES; ++d) {
-                o_acc[m][d][2 * half] *= correction;
-                o_acc[m][d][2 * half + 1] *= correction;
+                row_sum[m][half] += s[m][n][2 * half] + s[m][n][2 * half + 1];
             }
         }
 
