@@ -35,9 +35,13 @@ def inline_markdown(text: str) -> str:
     return markdown.markdown(text, extensions=["attr_list"], output_format="html")
 
 
-def figure(fig_id: str, svg: str, caption: str, title: str) -> str:
-    """An inline SVG with its caption; inline so the diagram follows the theme's CSS variables."""
+def figure(fig_id: str, svg: str, caption: str, title: str, full_size: str | None = None) -> str:
+    """An inline SVG with its caption; inline so the diagram follows the theme's CSS variables.
+    ``full_size``: URL of the standalone file, linked for zooming in."""
     cap = inline_markdown(caption) if caption.strip() else ""
+    if full_size:
+        cap += (f'<p class="hd-figure-links"><a href="{esc(full_size)}" target="_blank" rel="noopener">'
+                "Open full size</a></p>")
     return (f'<figure class="hd-figure" id="fig-{esc(fig_id)}" aria-label="{esc(title)}">\n'
             f'<div class="hd-figure-svg">{svg.strip()}</div>\n<figcaption>{cap}</figcaption>\n</figure>')
 

@@ -38,6 +38,9 @@ def render_site(repo_root: Path, docs_dir: Path, cache: DiskCache) -> dict[Path,
     spec_key = [[s.name, s.spec_path.read_text()] for s in stages] + [Path(lineage.__file__).read_text()]
     files: dict[Path, str] = {}
 
+    def add_diagram_file(name: str, text: str) -> None:
+        files[docs_dir / "assets" / "generated" / "diagrams" / name] = text
+
     def slot(name: str, html: str) -> str:
         files[slots.slot_path(docs_dir, name)] = html
         return slots.placeholder(name) + "\n"
@@ -49,7 +52,7 @@ def render_site(repo_root: Path, docs_dir: Path, cache: DiskCache) -> dict[Path,
             stage, prev, nxt,
             diff_html=slot(f"diff-{stage.name}", diff_section(stage, prev, cache)),
             diagrams_md=pages.diagrams_section(stage, stages, lambda html, n=stage.name: slot(f"diagrams-{n}", html),
-                                               cache, spec_key),
+                                               cache, spec_key, add_diagram_file),
             compiler_md=pages.compiler_section(stage, prev),
             benchmark_md=pages.benchmark_section(stage, prev, hashes, all_numbers))
 
@@ -73,7 +76,7 @@ def render_site(repo_root: Path, docs_dir: Path, cache: DiskCache) -> dict[Path,
         compiler_md=pages.overview_compiler(stages),
         gpu_name=main.gpu_name if main else None,
         reading_guide=next((n for n in ("reading-guide.md", "reading_guide.md") if (docs_dir / n).is_file()), None))
-    files[docs_dir / "gallery.md"] = pages.gallery_page(stages, slot, cache, spec_key)
+    files[docs_dir / "gallery.md"] = pages.gallery_page(stages, slot, cache, spec_key, add_diagram_file)
     return files
 
 

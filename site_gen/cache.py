@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-_CODE_FILES = ("cache.py", "lexer.py", "diffs.py", "plots.py")
+_CODE_FILES = ("cache.py", "lexer.py", "diffs.py", "plots.py", "extras.py")  # shape what is cached
 
 
 class DiskCache:

@@ -30,7 +30,7 @@ _warned: set[tuple[str, str]] = set()
 def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
     facts = compiler_facts.load(stage)
     problem = compiler_facts.problem(stage, facts)
-    if problem and (stage.name, problem) not in _warned:  # say it once per build, not once per page
+    if problem and (stage.name, problem) not in _warned:  # once per process: not on every page
         _warned.add((stage.name, problem))
         log.warning("compiler facts of stage %s: %s (run `%s`)", stage.name, problem, REFRESH)
     if facts is not None and facts.get("schema_version") != compiler_facts.SCHEMA_VERSION:
@@ -125,10 +125,13 @@ def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None) -> 
                                f"run `{REFRESH}` to refresh them."))
     tools = cur.get("toolchain", {})
     out.append(f"Kernel `{cur['signature']}`, {cur['arch']} code built with nvcc {tools.get('nvcc', '?')} "
-               f"(`{cur['nvcc_flags']}`), disassembled with cuobjdump {tools.get('cuobjdump', '?')}.\n")
+               f"(`{cur['nvcc_flags']}`), disassembled with cuobjdump {tools.get('cuobjdump', '?')} "
+               f"(source lines: nvdisasm {tools.get('nvdisasm', '?')}).\n")
     prev_label = f"stage {prev_stage.id}" if prev_stage is not None else ""
     if prev is not None:
         out.append(f"**Against stage {prev_stage.id}:** {compiler_diff.headline(prev, cur)}\n")
+    elif prev_stage is not None:
+        out.append(f"Stage {prev_stage.id} has no compiler facts to compare with.\n")
     out.append(_resources_table(cur, prev, prev_label))
     if cur.get("dynamic_smem_expr") and cur.get("dynamic_smem") is None:
         out.append(f"The dynamic shared memory is `{cur['dynamic_smem_expr']}`, which could not be evaluated.\n")
@@ -136,9 +139,17 @@ def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None) -> 
         out.append(f"stage.toml lists {size(stage.smem_bytes)} of shared-memory buffers; the kernel "
                    f"reserves {size(smem_bytes(cur))} (static + dynamic, including alignment and barriers).\n")
     out.append(_mix_table(cur, prev))
+    out.append("Counts are static: instructions in the code, not instructions executed (a loop body "
+               "runs once per iteration).\n")
     if cur.get("tensor_shapes"):
         shapes = ", ".join(f"`{k}` × {v:,}" for k, v in cur["tensor_shapes"].items())
         out.append(f"Tensor-core instructions: {shapes}.\n")
+    budgets = cur.get("setmaxnreg") or {}
+    if budgets:
+        compiled = "; ".join(f"{kind} to {', '.join(map(str, regs))}" for kind, regs in sorted(budgets.items()))
+        planned = ", ".join(f"{r.name} {r.registers}" for r in stage.roles if r.registers)
+        out.append(f"setmaxnreg in the SASS: {compiled} registers per thread"
+                   + (f" (stage.toml roles: {planned})." if planned else ".") + "\n")
     if cur.get("advisories"):
         out.append("ptxas notes:\n\n" + "\n".join(f"- {a}" for a in cur["advisories"]) + "\n")
     for other in cur.get("other_functions", []):
@@ -167,8 +178,8 @@ def overview_table(stages: list[lineage.Stage], link=None) -> str:
         lines.append(f"| {name}{mark} | {facts['registers']} | {spill_bytes(facts)} B | {size(smem_bytes(facts))} "
                      f"| {facts['groups'].get('tensor', 0):,} | {ops.get('HMMA', 0):,} | {ops.get('HGMMA', 0):,} "
                      f"| {ops.get('LDSM', 0):,} | {mufu:,} |")
-    notes = ["", "Static counts of sm_90a SASS instructions in the whole kernel; registers per thread; "
-             "spills are ptxas' spill stores + loads; shared memory is static + dynamic."]
+    notes = ["", ("Static counts of sm_90a SASS instructions in the whole kernel; registers per thread; "
+                  "spills are ptxas' spill stores + loads; shared memory is static + dynamic.")]
     if stale:
         notes.append(f"† facts made from an earlier version of the stage: run `{REFRESH}`.")
     if any(_facts(s)[0] is None for s in stages):

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from hopattn import build, lineage
 
-from . import compiler_lines, compiler_ptxas, compiler_sass, compiler_source, compiler_tools
+from . import (
+    compiler_lines,
+    compiler_ptxas,
+    compiler_sass,
+    compiler_source,
+    compiler_tools,
+)
 
 SCHEMA_VERSION = 1
 ARCH = "sm_90a"  # the code Hopper runs; sm_80 stages embed sm_80 code too, which is ignored
@@ -90,6 +96,7 @@ def make_facts(stage: lineage.Stage, ptxas_log: str, sass_dump: str, tools: dict
         "opcodes": hist,
         "groups": compiler_sass.group_counts(hist),
         "tensor_shapes": compiler_sass.tensor_shapes(instrs),
+        "setmaxnreg": compiler_sass.register_budgets(instrs),
         "loop": None,
         "other_functions": [summary(fn) for fn in functions if fn != primary],
     }

@@ -74,11 +74,11 @@ def disassemble_with_lines(library: Path, arch: str = "sm_90a") -> list[str]:
     texts = []
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([compiler_tools.cuobjdump(), "-xelf", arch, str(Path(library).resolve())],
-                              cwd=tmp, capture_output=True, text=True)
+                              cwd=tmp, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise compiler_tools.ToolError(f"cuobjdump -xelf failed on {library}: {proc.stderr.strip()}")
         for cubin in sorted(Path(tmp).glob("*.cubin")):
-            run = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], capture_output=True, text=True)
+            run = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], capture_output=True, text=True, check=False)
             if run.returncode == 0:
                 texts.append(run.stdout)
     return texts

@@ -130,6 +130,22 @@ def tensor_shapes(instrs: list[Instr]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def register_budgets(instrs: list[Instr]) -> dict[str, list[int]]:
+    """setmaxnreg as compiled: {"alloc": [...], "dealloc": [...]} registers per thread, sorted.
+    (USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 is setmaxnreg.inc 232; .DEALLOC is setmaxnreg.dec.)"""
+    out: dict[str, set[int]] = {"alloc": set(), "dealloc": set()}
+    for ins in instrs:
+        if ins.key != "USETMAXREG":
+            continue
+        kind = "dealloc" if ".DEALLOC" in ins.opcode else "alloc"
+        value = ins.operands.split(",")[-1].strip().rstrip(";")
+        try:
+            out[kind].add(int(value, 0))
+        except ValueError:
+            continue
+    return {k: sorted(v) for k, v in out.items() if v}
+
+
 # --- the main loop -----------------------------------------------------------------------------
 
 
@@ -143,7 +159,7 @@ class Loop:
     def tensor(self) -> int:
         return sum(1 for i in self.body if group_of(i.key) == "tensor")
 
-    def contains(self, other: "Loop") -> bool:
+    def contains(self, other: Loop) -> bool:
         return self != other and self.start <= other.start and other.end <= self.end
 
 
@@ -171,11 +187,15 @@ def loops(instrs: list[Instr]) -> list[Loop]:
 
 
 def main_loop(instrs: list[Instr]) -> Loop | None:
-    """The KV loop: the innermost loop holding tensor-core instructions (the most of them, if
-    several: an unrolled copy beats its remainder loop). Innermost, so that a persistent kernel's
-    tile loop, which also holds peeled iterations, does not win over the KV loop inside it."""
+    """The KV loop: a loop that holds both tensor-core instructions and exponentials (MUFU), so a
+    k-step loop inside it that only runs the GEMM does not count; the innermost such loop, so a
+    persistent kernel's tile loop around it does not either; of several (an unrolled copy and its
+    remainder), the one with the most tensor-core instructions. Kernels without MUFU in any loop
+    fall back to the innermost loop with tensor-core instructions."""
     tensor_loops = [lp for lp in loops(instrs) if lp.tensor]
-    innermost = [lp for lp in tensor_loops if not any(lp.contains(o) for o in tensor_loops)]
+    with_softmax = [lp for lp in tensor_loops if any(i.key.startswith("MUFU") for i in lp.body)]
+    pool = with_softmax or tensor_loops
+    innermost = [lp for lp in pool if not any(lp.contains(o) for o in pool)]
     if not innermost:
         return None
     return min(innermost, key=lambda lp: (-lp.tensor, lp.start, lp.end))

@@ -42,7 +42,7 @@ def evaluate(expr: str, env: dict[str, int]) -> int | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         if isinstance(node, ast.Name):
-            return env[node.id] if node.id in env else None
+            return env.get(node.id)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             v = walk(node.operand)
             return None if v is None else -v

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 
@@ -26,15 +26,15 @@ def _pip_cuda_bin() -> list[Path]:
     return [Path(p) / "bin" for p in nvidia.cu13.__path__]
 
 
-@lru_cache(maxsize=None)
+@cache
 def find_tool(name: str) -> str | None:
     """$<NAME> (e.g. $CUOBJDUMP), PATH, next to nvcc, $CUDA_HOME/bin, then the pip wheels."""
     candidates = [os.environ.get(name.upper().replace("+", "X")), shutil.which(name)]
-    try:
-        from hopattn import build
+    from hopattn import build
 
+    try:
         candidates.append(str(Path(build.nvcc()).resolve().parent / name))
-    except Exception:  # no nvcc: the other places may still have the tool
+    except build.BuildError:  # no nvcc: the other places may still have the tool
         pass
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
@@ -62,10 +62,10 @@ def nvdisasm() -> str:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def tool_version(path: str) -> str:
     """The 'V13.0.88'-style release of a CUDA tool."""
-    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
     for word in reversed(out.split()):
         if word.startswith("V") and word[1:2].isdigit():
             return word.rstrip(",")
@@ -74,7 +74,7 @@ def tool_version(path: str) -> str:
 
 def dump_sass(library: Path, arch: str = "sm_90a") -> str:
     """``cuobjdump -sass`` of one architecture's code in a library (other archs are not disassembled)."""
-    proc = subprocess.run([cuobjdump(), "-sass", "-arch", arch, str(library)], capture_output=True, text=True)
+    proc = subprocess.run([cuobjdump(), "-sass", "-arch", arch, str(library)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ToolError(f"cuobjdump failed on {library}: {proc.stderr.strip()}")
     return proc.stdout
@@ -85,5 +85,5 @@ def demangle(names: list[str]) -> dict[str, str]:
     path = find_tool("c++filt")
     if not names or path is None:
         return {n: n for n in names}
-    out = subprocess.run([path, *names], capture_output=True, text=True).stdout.splitlines()
+    out = subprocess.run([path, *names], capture_output=True, text=True, check=False).stdout.splitlines()
     return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -133,7 +134,7 @@ def render_runs(runs: Line, marks: tuple[tuple[int, int], ...] = ()) -> str:
         end = pos + len(text)
         # Cut this run at every mark boundary that falls inside it.
         cuts = sorted({pos, end, *(c for a, b in marks for c in (a, b) if pos < c < end)})
-        for a, b in zip(cuts, cuts[1:]):
+        for a, b in itertools.pairwise(cuts):
             piece = _esc(text[a - pos:b - pos])
             changed = any(ma <= a and b <= mb for ma, mb in marks)
             classes = " ".join(c for c in (cls, "hd-x" if changed else "") if c)

@@ -56,13 +56,20 @@ def code_hash(module: str) -> str:
     return h.hexdigest()[:16]
 
 
-def call_records(cache, key: list, module: str, func: str, *args) -> list:
+def call_records(cache, key: list, module: str, func: str, *args, extra=("standalone", "filename")) -> list:
     """``call`` for a part whose result is a list of dataclass records, cached on disk under
     ``key`` (the caller lists every input the part reads) plus the part's own code. Records come
     back as plain namespaces with the same attributes."""
 
+    def record(r) -> dict:
+        out = dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(vars(r))
+        for prop in extra:  # computed properties (e.g. a diagram's standalone file) are kept too
+            value = getattr(r, prop, None)
+            if isinstance(value, str):
+                out[prop] = value
+        return out
+
     def make():
-        return [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(vars(r))
-                for r in call(module, func, *args)]
+        return [record(r) for r in call(module, func, *args)]
 
     return [SimpleNamespace(**r) for r in cache.get("parts", [module, func, code_hash(module), *key], make)]

@@ -35,7 +35,12 @@ def on_config(config):
     gen = _current = _fresh_generator()
     root = Path(config.config_file_path).resolve().parent  # the site being built (a fixture in tests)
     docs = Path(config.docs_dir)
-    changed, seconds = gen.timed_generate(root, docs)
+    try:
+        changed, seconds = gen.timed_generate(root, docs)
+    except ValueError as err:  # SpecError, ResultsError: the message names the file and the field
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(f"site_gen: {err}") from err
     log.info("site_gen: %d file(s) changed in %.2f s", len(changed), seconds)
     for path in (root / "kernels" / "attention", root / "bench" / "results"):
         if path.is_dir() and str(path) not in config.watch:
@@ -44,9 +49,9 @@ def on_config(config):
         config.nav = gen.nav(docs)
     # The diagrams stylesheet is another helper's file: link it only once it exists (a 404 is a
     # console error in the browser test).
-    if (docs / "assets" / "stylesheets" / "diagrams.css").is_file():
-        if "assets/stylesheets/diagrams.css" not in config.extra_css:
-            config.extra_css.append("assets/stylesheets/diagrams.css")
+    css = "assets/stylesheets/diagrams.css"
+    if (docs / css).is_file() and css not in config.extra_css:
+        config.extra_css.append(css)
     return config
 
 

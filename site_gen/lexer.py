@@ -13,17 +13,9 @@ import re
 from pygments.lexers.c_cpp import CppLexer
 from pygments.token import STANDARD_TYPES, Keyword, Name, _TokenType
 
-QUALIFIERS = frozenset("""
-__global__ __device__ __host__ __shared__ __constant__ __managed__ __restrict__ __forceinline__
-__noinline__ __launch_bounds__ __grid_constant__ __cluster_dims__ __align__ __builtin_assume
-asm volatile
-""".split())
-BUILTIN_VARS = frozenset("threadIdx blockIdx blockDim gridDim warpSize clusterDim".split())
-TYPES = frozenset("""
-dim3 half half2 __half __half2 __nv_bfloat16 __nv_bfloat162 nv_bfloat16 nv_bfloat162 cudaStream_t
-cudaError_t CUtensorMap uint2 uint4 int2 int4 float2 float4 char4 uchar4 ushort2 uint8_t uint16_t
-uint32_t uint64_t int8_t int16_t int32_t int64_t size_t
-""".split())
+QUALIFIERS = frozenset(["__global__", "__device__", "__host__", "__shared__", "__constant__", "__managed__", "__restrict__", "__forceinline__", "__noinline__", "__launch_bounds__", "__grid_constant__", "__cluster_dims__", "__align__", "__builtin_assume", "asm", "volatile"])
+BUILTIN_VARS = frozenset(["threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "clusterDim"])
+TYPES = frozenset(["dim3", "half", "half2", "__half", "__half2", "__nv_bfloat16", "__nv_bfloat162", "nv_bfloat16", "nv_bfloat162", "cudaStream_t", "cudaError_t", "CUtensorMap", "uint2", "uint4", "int2", "int4", "float2", "float4", "char4", "uchar4", "ushort2", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "int8_t", "int16_t", "int32_t", "int64_t", "size_t"])
 # __syncthreads, __shfl_xor_sync, __expf, __float2bfloat16, ... and the usual math/atomic helpers.
 _INTRINSIC_RE = re.compile(r"^(__[a-z][a-z0-9_]*|atomic[A-Z][A-Za-z]*|exp2f|expf|rsqrtf|fmaxf|fminf|"
                            r"cvta_to_shared|__cvta_generic_to_shared)$")
@@ -33,8 +25,8 @@ class CudaCppLexer(CppLexer):
     """C++ with CUDA keywords, built-ins and intrinsics tagged (for .cu and .cuh files)."""
 
     name = "CUDA C++ (hopattn)"
-    aliases = ["cuda-cpp"]
-    filenames = []  # never picked by file name: callers ask for it explicitly
+    aliases = ("cuda-cpp",)
+    filenames = ()  # never picked by file name: callers ask for it explicitly
 
     def get_tokens_unprocessed(self, text, stack=("root",)):
         for index, token, value in super().get_tokens_unprocessed(text, stack):

@@ -23,7 +23,7 @@ class Numbers:
     by_key: dict  # (kind, name, shape, causal) -> entry
 
     @classmethod
-    def of(cls, gpu: str, data: dict) -> "Numbers":
+    def of(cls, gpu: str, data: dict) -> Numbers:
         return cls(gpu, data, {(e["kind"], e["name"], e["shape"], e["causal"]): e for e in data["results"]})
 
     @property
@@ -96,6 +96,16 @@ def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
     for causal in (False, True):
         rows = [s for s in stages if any(nums.stage(s.id, sh, causal) for sh in shapes)]
         if causal and not rows:
+            continue
+        if causal and not any(_ok(nums.stage(s.id, sh, True)) for s in rows for sh in shapes):
+            # A table of "skipped" cells says less than one sentence.
+            peers = []
+            for key, label in REFERENCES:
+                vals = [nums.peer(key, sh, True) for sh in shapes]
+                if any(_ok(p) for p in vals):
+                    peers.append(f"{label} " + " / ".join(f"{p['tflops']:.0f}" if _ok(p) else "–" for p in vals))
+            ref = f" For reference, causal TFLOP/s ({' / '.join(shapes)}): {'; '.join(peers)}." if peers else ""
+            out.append(f"**Causal**: no stage has a measured causal number yet.{ref}\n")
             continue
         head = ["Stage", "The one change"] if not causal else ["Stage"]
         out.append(f"**{'Causal' if causal else 'Non-causal'}** — TFLOP/s; below: ratio to {refs} "
@@ -177,7 +187,7 @@ def environment(nums: Numbers) -> str:
             gpu.append(f"max SM clock {env['max_sm_mhz']} MHz")
         clocks = (env.get("clocks_before") or {}).get("sm_mhz"), (env.get("clocks_after") or {}).get("sm_mhz")
         if all(clocks):
-            gpu.append(f"SM clock {clocks[0]} → {clocks[1]} MHz over the run")
+            gpu.append(f"SM clock before / after the run {clocks[0]} / {clocks[1]} MHz")
         if isinstance(env.get("power_limit_w"), (int, float)):
             gpu.append(f"power limit {env['power_limit_w']:.0f} W")
         soft = " · ".join(f"{label} {env[key]}" for key, label in

@@ -34,7 +34,20 @@ def _facts(stage) -> str:
             f"{smem} · {'causal and non-causal' if stage.causal else 'non-causal only'}")
 
 
-def diagrams_section(stage, stages, slot, cache, key) -> str:
+def figures(diagrams, add_file, base: str) -> str:
+    """The figures' HTML; each diagram's standalone SVG (when it has one) becomes a file linked as
+    "full size" (``add_file(name, text)``; ``base`` is the relative URL of that folder)."""
+    out = []
+    for d in diagrams:
+        link = None
+        if getattr(d, "standalone", None) and getattr(d, "filename", None):
+            add_file(d.filename, d.standalone)
+            link = base + d.filename
+        out.append(figure(d.id, d.svg, d.caption, d.title, link))
+    return "\n".join(out)
+
+
+def diagrams_section(stage, stages, slot, cache, key, add_file=lambda name, text: None) -> str:
     """``slot(name, html)`` stores the figures' HTML out of the Markdown (see slots.py); ``key``
     lists the inputs the diagrams are drawn from, for the cache."""
     try:
@@ -44,7 +57,7 @@ def diagrams_section(stage, stages, slot, cache, key) -> str:
         return extras.unavailable_note("Diagrams", err)
     if not diagrams:
         return "This stage has no diagrams.\n"
-    return slot("\n".join(figure(d.id, d.svg, d.caption, d.title) for d in diagrams))
+    return slot(figures(diagrams, add_file, "../../assets/generated/diagrams/"))
 
 
 def compiler_section(stage, prev) -> str:
@@ -123,9 +136,9 @@ def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: st
     parts = [
         "# hopattn: attention on Hopper, one change at a time\n",
         GENERATED,
-        f"Forward attention (bf16, head dim 128) for NVIDIA Hopper, built as a lineage of "
-        f"{len(stages)} stage{'s' if len(stages) != 1 else ''}: each a complete kernel, each one "
-        "optimization on top of the last.\n",
+        (f"Forward attention (bf16, head dim 128) for NVIDIA Hopper, built as a lineage of "
+         f"{len(stages)} stage{'s' if len(stages) != 1 else ''}: each a complete kernel, each one "
+         "optimization on top of the last.\n"),
         "## The lineage at a glance {#lineage}\n",
     ]
     if numbers_md:
@@ -157,10 +170,10 @@ def overview_compiler(stages) -> str:
         return extras.unavailable_note("Compiler facts", err)
 
 
-def gallery_page(stages, slot, cache, key) -> str:
+def gallery_page(stages, slot, cache, key, add_file=lambda name, text: None) -> str:
     parts = ["# Diagram gallery\n", GENERATED,
-             "Every diagram of the lineage, grouped by the stage that introduces it; the heading links "
-             "to that stage's page.\n"]
+             ("Every diagram of the lineage, grouped by the stage that introduces it; the heading links "
+              "to that stage's page.\n")]
     try:
         diagrams = extras.call_records(cache, key, "diagrams", "all_diagrams", stages)
     except extras.Unavailable as err:
@@ -170,14 +183,14 @@ def gallery_page(stages, slot, cache, key) -> str:
     for d in diagrams:
         groups.setdefault(d.stage, []).append(d)
     # Stage groups in lineage order, then diagrams that belong to no one stage.
-    for key in sorted(groups, key=lambda k: (k is None, k or 0)):
-        stage = by_stage.get(key)
+    for number in sorted(groups, key=lambda k: (k is None, k or 0)):
+        stage = by_stage.get(number)
         if stage is not None:
             parts.append(f"## [{stage_title(stage)}](stages/{stage.name}.md#diagrams) {{#s{stage.id}}}\n")
         else:
             parts.append("## General concepts {#concepts}\n")
         name = f"gallery-{stage.name}" if stage is not None else "gallery-concepts"
-        parts.append(slot(name, "\n".join(figure(d.id, d.svg, d.caption, d.title) for d in groups[key])))
+        parts.append(slot(name, figures(groups[number], add_file, "../assets/generated/diagrams/")))
     if not diagrams:
         parts.append("No diagrams yet.\n")
     return "\n".join(parts)

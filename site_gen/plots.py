@@ -45,24 +45,27 @@ def progression_svg(data: dict) -> str | None:
     from matplotlib.figure import Figure
 
     rc = {"svg.hashsalt": "hopattn-progression", "svg.fonttype": "path", "font.family": "DejaVu Sans",
-          "font.size": 9, "text.color": INK, "axes.labelcolor": INK, "axes.edgecolor": INK,
+          "font.size": 10, "text.color": INK, "axes.labelcolor": INK, "axes.edgecolor": INK,
           "xtick.color": INK, "ytick.color": INK, "axes.facecolor": "none", "figure.facecolor": "none",
           "savefig.facecolor": "none", "path.simplify": False}
     with matplotlib.rc_context(rc):
-        fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN))
-        axes = fig.subplots(1, 2, sharey=True)
+        fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
+        panels = [c for c in (False, True) if data["series"][c]]  # no empty causal panel
+        axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
         ymax = max([y for c in (False, True) for pts in data["series"][c].values() for _, y in pts]
                    + [v for c in (False, True) for v in data["refs"][c].values()])
         shapes = sorted({sh for c in (False, True) for sh in data["series"][c]},
                         key=lambda sh: (len(sh), sh))
-        for ax, causal in zip(axes, (False, True)):
+        handles = {}
+        for ax, causal in zip(axes, panels):
             for i, shape in enumerate(shapes):
                 colour = SHAPE_COLOURS[i % len(SHAPE_COLOURS)]
                 pts = data["series"][causal].get(shape)
                 if pts:
                     xs, ys = zip(*pts)
-                    ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.6, color=colour,
-                            linestyle="-" if not causal else "--", label=shape)
+                    (line,) = ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.6, color=colour,
+                                      linestyle="-" if not causal else "--", label=shape)
+                    handles.setdefault(shape, line)
                 ref = data["refs"][causal].get(shape)
                 if ref is not None:
                     ax.axhline(ref, color=colour, linewidth=0.8, linestyle=":", alpha=0.9)
@@ -75,11 +78,14 @@ def progression_svg(data: dict) -> str | None:
             ax.grid(True, axis="y", color=INK, alpha=0.25, linewidth=0.6)
             for side in ("top", "right"):
                 ax.spines[side].set_visible(False)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="upper left", frameon=False, fontsize=8, title="shape (dotted: FA4)",
-                          title_fontsize=8)
+        # One legend outside the panels, so it never hides a line; dotted = the FA4 reference.
+        from matplotlib.lines import Line2D
+
+        items = [handles[sh] for sh in shapes if sh in handles]
+        items.append(Line2D([], [], color=INK, linestyle=":", linewidth=0.8, label="FA4, same shape"))
+        fig.legend(handles=items, loc="outside right upper", frameon=False, fontsize=9, title="shape",
+                   title_fontsize=9)
         axes[0].set_ylabel("TFLOP/s")
-        fig.tight_layout()
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     return buf.getvalue()

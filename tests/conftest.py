@@ -30,6 +30,7 @@ def make_site(root: Path, lineage: Path = FIXTURES / "lineage", results: Path | 
     css = root / "docs" / "assets" / "stylesheets"
     css.mkdir(parents=True)
     shutil.copy(REPO / "docs" / "assets" / "stylesheets" / "site.css", css / "site.css")
+    shutil.copytree(REPO / "docs" / "assets" / "javascripts", root / "docs" / "assets" / "javascripts")
     config = (REPO / "mkdocs.yml").read_text().replace("  - site_gen/hook.py", f"  - {REPO / 'site_gen' / 'hook.py'}")
     (root / "mkdocs.yml").write_text(config)
     return root

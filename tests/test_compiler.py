@@ -9,10 +9,17 @@ import json
 from pathlib import Path
 
 import pytest
-
 from hopattn import lineage
-from site_gen import (compiler, compiler_diff, compiler_facts, compiler_lines, compiler_ptxas, compiler_sass,
-                      compiler_source)
+
+from site_gen import (
+    compiler,
+    compiler_diff,
+    compiler_facts,
+    compiler_lines,
+    compiler_ptxas,
+    compiler_sass,
+    compiler_source,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "compiler"
 TOOLS = {"cuobjdump": "V13.5.37", "nvcc": "V13.0.88", "nvdisasm": "V13.5.37"}
@@ -116,6 +123,11 @@ def test_wgmma_histogram_and_groups():
     assert compiler_sass.tensor_shapes(instrs) == {"HGMMA.64x8x16.F32.BF16": hist["HGMMA"]}
 
 
+def test_register_budgets_from_setmaxnreg():
+    assert compiler_sass.register_budgets(sass("wgmma_tma")) == {"alloc": [232], "dealloc": [40]}
+    assert compiler_sass.register_budgets(sass("mma_loop")) == {}
+
+
 def test_spill_kernel_uses_local_memory():
     groups = compiler_sass.group_counts(compiler_sass.histogram(sass("spill")))
     assert groups["local"] > 0 and groups["tensor"] == 0
@@ -140,6 +152,23 @@ def test_main_loop_is_the_innermost_tensor_loop():
 def test_main_loop_of_mma_kernel():
     loop = compiler_sass.main_loop(sass("mma_loop"))
     assert {"HMMA", "LDSM", "LDGSTS", "MUFU.EX2"} <= {i.key for i in loop.body}
+
+
+def _ins(addr: int, opcode: str, operands: str = "R0, R1, R2", pred: str = "") -> compiler_sass.Instr:
+    return compiler_sass.Instr(addr, pred, opcode, operands)
+
+
+def test_main_loop_is_the_kv_loop_not_an_inner_gemm_loop():
+    # kv: 0x00..0x90 holds a k-step loop 0x10..0x30 (HMMA only), then the softmax and PV.
+    code = [_ins(0x00, "IMAD"), _ins(0x10, "LDG.E"), _ins(0x20, "HMMA.16816.F32.BF16"),
+            _ins(0x30, "BRA", "0x10", "@P0"), _ins(0x40, "FMNMX"), _ins(0x50, "MUFU.EX2", "R3, R4"),
+            _ins(0x60, "HMMA.16816.F32.BF16"), _ins(0x70, "HMMA.16816.F32.BF16"), _ins(0x80, "IADD3"),
+            _ins(0x90, "BRA", "0x0", "@P1"), _ins(0xa0, "EXIT", "")]
+    loop = compiler_sass.main_loop(code)
+    assert (loop.start, loop.end, loop.tensor) == (0x00, 0x90, 3)
+    # A persistent tile loop around it (0x00..0xb0 here) does not win either.
+    outer = code[:-1] + [_ins(0xa0, "HMMA.16816.F32.BF16"), _ins(0xb0, "BRA", "0x0", "@P2"), _ins(0xc0, "EXIT", "")]
+    assert (compiler_sass.main_loop(outer).start, compiler_sass.main_loop(outer).end) == (0x00, 0x90)
 
 
 def _synthetic_loop(n: int, tensor_at: int, mufu_at: int) -> list[compiler_sass.Instr]:
@@ -267,6 +296,7 @@ def test_make_facts_is_deterministic(stage01):
     assert facts["source_hash"] == stage01.source_hash()
     assert facts["signature"].startswith("wgmma_tma")
     assert facts["opcodes"]["HGMMA"] == 20 and facts["loop"]["groups"]["tensor"] == 16
+    assert facts["setmaxnreg"] == {"alloc": [232], "dealloc": [40]}
     assert facts["advisories"] == ["(C7519) warpgroup.arrive is injected by compiler to allow use of registers in GMMA. (×3)"]
     assert list(json.loads(a)) == sorted(facts)
     assert all("// wgmma_tma.cu:" in line for line in facts["loop"]["listing"] if "not shown" not in line)
@@ -326,6 +356,22 @@ def test_wgmma_stages_use_hgmma():
     for stage, facts in _committed():
         if stage.number >= 8:
             assert facts["opcodes"].get("HGMMA", 0) > 0, f"stage {stage.name} has no HGMMA in its SASS"
+
+
+def test_setmaxnreg_matches_the_roles():
+    for stage, facts in _committed():
+        planned = sorted({r.registers for r in stage.roles if r.registers})
+        compiled = sorted({r for regs in facts.get("setmaxnreg", {}).values() for r in regs})
+        assert compiled == planned, (
+            f"stage {stage.name}: stage.toml role budgets {planned}, setmaxnreg in the SASS {compiled}")
+
+
+def test_shared_memory_matches_the_spec():
+    for stage, facts in _committed():
+        reserved = compiler_diff.smem_bytes(facts)
+        assert stage.smem_bytes <= reserved <= stage.smem_bytes + 2048, (
+            f"stage {stage.name}: stage.toml buffers {stage.smem_bytes} B, the kernel reserves {reserved} B "
+            "(static + dynamic)")
 
 
 def test_no_stage_spills_without_saying_why():

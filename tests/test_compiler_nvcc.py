@@ -8,8 +8,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from hopattn import build, lineage
+
 from site_gen import compiler_facts, compiler_tools
 
 pytestmark = pytest.mark.nvcc

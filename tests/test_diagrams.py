@@ -13,9 +13,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from hopattn import lineage
-from site_gen.diagrams import Diagram, all_diagrams, concept_diagrams, stage_diagrams
+
+from site_gen.diagrams import Diagram, all_diagrams, concept_diagrams
 from site_gen.diagrams.concepts import CONCEPTS
 from site_gen.diagrams.svg import PALETTE
 
@@ -97,7 +97,7 @@ def test_accessible(fixture_diagrams):
         assert title.tag == SVG_NS + "title" and title.text == d.title
         assert desc.tag == SVG_NS + "desc" and len(desc.text) > 40
         assert root.get("aria-labelledby") == f"{title.get('id')} {desc.get('id')}"
-        x0, y0, w, h = map(float, root.get("viewBox").split())
+        _x0, _y0, w, h = map(float, root.get("viewBox").split())
         assert 760 <= w <= 900 and (w, h) == (d.width, d.height)
         assert d.caption.strip()
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from hopattn import lineage
+
 from site_gen.diagrams import engines, facts, schedule
 from site_gen.diagrams.concepts.scheduling import causal_blocks, lpt
 from site_gen.diagrams.memory import memory_diagram, plan
@@ -56,7 +57,7 @@ def test_timeline_obeys_the_model_rules(stage):
     # one op at a time per unit
     for unit in schedule.UNITS:
         mine = sorted((s for s in slots if s.op.unit == unit), key=lambda s: s.start)
-        for a, b in zip(mine, mine[1:]):
+        for a, b in itertools.pairwise(mine):
             assert a.end <= b.start + 1e-12, (stage.id, unit, a.key, b.key)
     # every dependency respected
     for s in slots:
@@ -68,13 +69,14 @@ def test_timeline_obeys_the_model_rules(stage):
                 assert d.end <= s.start + 1e-12, (stage.id, s.key, dep)
     # a synchronous op holds its role: the role's next op starts after it ends
     order = {o.name: i for i, o in enumerate(schedule.model_ops(stage))}
+    phase = {k: 1 for k in lineage.SCHEDULE_KINDS} | {"load_q": 0, "store_o": 2}
     for stream in {schedule.stream(s.op) for s in slots}:
         mine = sorted((s for s in slots if schedule.stream(s.op) == stream),
-                      key=lambda s: (s.tile, s.it, s.op.kind == "store_o", order[s.op.name]))
-        for a, b in zip(mine, mine[1:]):
+                      key=lambda s: (s.tile, s.it, phase[s.op.kind], order[s.op.name]))
+        for a, b in itertools.pairwise(mine):
             if not engines.is_async(a.op.engine):
                 assert a.end <= b.start + 1e-12, (stage.id, a.key, b.key)
-    every = {(o.op, i) for o in stage.schedule if o.kind != "store_o" for i in range(iters * tiles)}
+    every = {(o.op, i) for o in stage.schedule if o.kind not in schedule.ONCE for i in range(iters * tiles)}
     assert every <= set(by_key)
 
 
@@ -84,7 +86,7 @@ def test_timeline_draws_every_slot_and_states_the_prediction(stage):
     iters, tiles = iterations_for(stage)
     n = len(schedule.simulate(stage, iters, tiles))
     root = ET.fromstring(d.svg)
-    bars = [g for g in root.iter(SVG_NS + "g") if g.get("id") == f"{d.id}-bars"][0]
+    bars = next(g for g in root.iter(SVG_NS + "g") if g.get("id") == f"{d.id}-bars")
     assert len(bars.findall(SVG_NS + "rect")) == n
     p = schedule.predict(stage)
     body = " ".join(texts(d.svg))
@@ -121,7 +123,7 @@ def test_memory_bytes_are_spec_arithmetic(stage):
     assert cols["S"]["cells"]["regs"].lines[1] == fmt_bytes(m * n * 4)
     assert cols["P"]["cells"]["regs"].lines[1] == fmt_bytes(m * n * 2)
     assert cols["O"]["cells"]["regs"].lines[1] == fmt_bytes(m * d * 4)
-    k_in = [a for a in cols["K"]["arrows"] if a.src == "l2"][0]
+    k_in = next(a for a in cols["K"]["arrows"] if a.src == "l2")
     if facts.smem_of(stage, "K"):
         assert k_in.lines[1] == f"{fmt_bytes(n * d * 2 // facts.cluster(stage))} / iter"
     else:
@@ -163,3 +165,12 @@ def test_longest_first_beats_launch_order():
     costs = [(i, i + 1) for i in range(8)]
     span = lambda plan: max(e for _, _, e, _ in plan)
     assert span(lpt(sorted(costs, key=lambda x: -x[1]), 3)) < span(lpt(costs, 3))
+
+
+def test_an_op_may_declare_its_rows():
+    s = lineage.load_stage(FIXTURES / "10_two-warpgroups")
+    raw = dict(s.raw)
+    raw["schedule"] = [dict(e, rows=32) if e["op"] == "qk0" else e for e in s.raw["schedule"]]
+    s2 = dataclasses.replace(s, raw=raw)
+    ops = {o.name: o for o in schedule.model_ops(s2)}
+    assert schedule.duration(s2, ops["qk0"]) == pytest.approx(schedule.duration(s2, ops["qk1"]) / 2)

@@ -28,8 +28,8 @@ def test_a_copy_of_a_real_stage_loads(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, message", [
-    ("block_m = 64", "block_m = -1", "field 'tile.block_m' must be a positive integer"),
-    ("block_m = 64", "block_m = true", "field 'tile.block_m' must be a positive integer"),
+    ("block_m = 128", "block_m = -1", "field 'tile.block_m' must be a positive integer"),
+    ("block_m = 128", "block_m = true", "field 'tile.block_m' must be a positive integer"),
     ('arch = "sm_80"', 'arch = "sm_100"', "field 'arch' must be one of sm_80, sm_90a"),
     ("threads = 128", "threads = 100", "field 'launch.threads' must be a multiple of 32"),
     ('title = "Baseline"\n', "", "field 'title' must be a non-empty string"),

@@ -9,14 +9,13 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import REPO
 
 
 def mkdocs(root, *args, timeout=300):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     return subprocess.run([sys.executable, "-m", "mkdocs", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
 
 
 def test_fixture_site_builds_strict(site_root):
@@ -34,6 +33,15 @@ def test_fixture_site_builds_strict(site_root):
     assert re.search(r'<img[^>]+src="assets/generated/progression.svg"[^>]+width="720"', index)
     assert (site / "assets" / "generated" / "progression.svg").is_file()
     assert (site / "gallery" / "index.html").is_file()
+
+
+def test_bad_stage_aborts_the_build_naming_file_and_field(site_root):
+    spec = site_root / "kernels" / "attention" / "02_tiled" / "stage.toml"
+    spec.write_text(spec.read_text().replace("threads = 128", "threads = 100"))
+    run = mkdocs(site_root, "build", "--strict")
+    assert run.returncode != 0
+    assert "02_tiled/stage.toml: field 'launch.threads' must be a multiple of 32" in run.stderr
+    assert not (site_root / "site" / "index.html").exists()
 
 
 def test_real_site_builds_strict(tmp_path):
@@ -97,3 +105,27 @@ def test_serve_regenerates_after_an_edit(site_root):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_hook_reloads_the_generator_each_build():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hd_hook_under_test", REPO / "site_gen" / "hook.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    # The hook swaps modules in sys.modules; put the originals back so other tests keep one
+    # hopattn.lineage (and so one SpecError class).
+    saved = {k: v for k, v in sys.modules.items() if k.startswith(("site_gen", "hopattn"))}
+    try:
+        first = hook._fresh_generator()
+        second = hook._fresh_generator()
+        assert first is not second and first.__name__ == "site_gen.build_site"
+        assert sys.modules["site_gen.build_site"] is second
+    finally:
+        for k in [k for k in sys.modules if k.startswith(("site_gen", "hopattn"))]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+        for name, module in saved.items():  # the package attributes the re-import rebound
+            parent, _, child = name.rpartition(".")
+            if parent in saved and child:
+                setattr(saved[parent], child, module)

@@ -5,10 +5,11 @@ import sys
 import types
 
 import pytest
-
-from hopattn.lineage import SpecError
-from site_gen import build_site as gen, extras
 from conftest import make_site
+from hopattn.lineage import SpecError
+
+from site_gen import build_site as gen
+from site_gen import extras
 
 
 def snapshot(docs):
@@ -41,7 +42,7 @@ def test_diff_contents(site_root):
     first = (stages / "diff-01-naive.html").read_text()
     assert "nothing to compare against" in first and "common/util.cuh" in first
     second = (stages / "diff-02-tiled.html").read_text()
-    assert "+14 / −3 lines</strong> in kernel.cu and 1 header"  # 3 in kernel.cu + 11 new in second
+    assert "+14 / −3 lines</strong> in kernel.cu and 1 header" in second  # 3 in kernel.cu + 11 new
     assert "<code>common/tile.cuh</code> <span class=\"hd-badge\">new</span>" in second
     assert ">Unified</label><label for=\"hd_diff_1_2\">Side by side</label>" in second
     assert "copy_tile" in second and "27 unchanged lines (lines 9–35)" in second
@@ -136,3 +137,30 @@ def test_nav_orders_pages(site_root):
     assert gen.nav(site_root / "docs") == [
         {"Overview": "index.md"}, "introduction.md", "method.md", "zebra.md",
         {"Stages": ["stages/01-naive.md", "stages/02-tiled.md", "stages/03-fast.md"]}, "gallery.md"]
+
+
+def test_entry_points(site_root):
+    import subprocess
+
+    from conftest import REPO
+
+    import site_gen
+
+    changed = site_gen.generate(site_root, site_root / "docs")
+    assert site_root / "docs" / "index.md" in changed
+    import site_gen.build_site
+    assert callable(site_gen.generate) and site_gen.generate(site_root) == []
+    env = {"PYTHONPATH": f"{REPO / 'kernels'}:{REPO}", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-m", "site_gen", "--root", str(site_root)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "0 file(s) changed" in run.stdout
+
+
+def test_single_stage_lineage(site_root):
+    for name in ("02_tiled", "03_fast"):
+        shutil.rmtree(site_root / "kernels" / "attention" / name)
+    gen.generate(site_root)
+    page = (site_root / "docs" / "stages" / "01-naive.md").read_text()
+    assert "←" not in page and "→" not in page and "{#benchmark}" in page
+    assert sorted(p.name for p in (site_root / "docs" / "stages").iterdir()) == ["01-naive.md"]

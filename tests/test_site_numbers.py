@@ -1,8 +1,9 @@
 """Benchmark tables and the progression chart, from the fixture results."""
 
-from hopattn import lineage
-from site_gen import numbers, plots, results_io
 from conftest import FIXTURES
+from hopattn import lineage
+
+from site_gen import numbers, plots, results_io
 
 
 def fixture_inputs():

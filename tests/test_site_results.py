@@ -1,12 +1,11 @@
 """Results for the site: the fixture loads, and bad files fail naming the file and the field."""
 
 import json
-import shutil
 
 import pytest
+from conftest import FIXTURES
 
 from site_gen import results_io
-from conftest import FIXTURES
 
 
 def test_fixture_loads_through_the_site_loader():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Diagram", "stage_diagrams", "concept_diagrams", "all_diagrams"]
+__all__ = ["Diagram", "all_diagrams", "concept_diagrams", "stage_diagrams"]
 
 
 @dataclass(frozen=True)

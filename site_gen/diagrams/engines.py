@@ -8,7 +8,8 @@ model distinguish. Order matters: "cp.async.bulk" is TMA, not cp.async.
 from __future__ import annotations
 
 _RULES = (
-    ("tma-store", ("tma.store", "tma-store", "tma_store", "bulk.global.shared")),
+    # PTX names the destination first: cp.async.bulk.tensor...global.shared::cta is a store.
+    ("tma-store", ("tma.store", "tma-store", "tma_store", ".global.shared")),
     ("tma", ("tma", "cp.async.bulk")),
     ("cp.async", ("cp.async",)),
     ("wgmma", ("wgmma",)),

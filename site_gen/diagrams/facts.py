@@ -1,8 +1,17 @@
 """What the pictures need to know about a stage, derived from its spec (never per-stage cases).
 
-Sources, in order of precedence: the optional ``[diagram]`` table of stage.toml (hints for what
-the required fields cannot say), then the required fields (schedule engines, smem buffers and
-layouts, roles, arch), then the words of the role tasks (e.g. "ldmatrix").
+Sources, in order of precedence: the optional ``[diagram]`` and ``[movement]`` tables of
+stage.toml (hints for what the required fields cannot say), then the required fields (schedule
+engines, smem buffers and layouts, roles, arch), then the words of the role tasks (e.g. "ldmatrix").
+
+Optional keys (all free-form engine names are folded by engines.family):
+  [movement] q_load, kv_load      how Q / K and V leave global memory ("cp.async", "tma", ...)
+             kv_fragments         how operands reach the tensor cores ("ld.shared", "ldmatrix")
+             o_store              "st.global", or ["stmatrix", "tma.store"] through shared memory
+  [diagram]  fragments            same as kv_fragments
+             p_operand            "smem" (wgmma SS) or "registers" (default unless a P buffer exists)
+             cluster              CTAs multicasting K/V (also read from [launch] cluster)
+             persistent           true: the timeline shows the next output tile starting
 """
 
 from __future__ import annotations
@@ -174,7 +183,7 @@ class Tiles:
     o: int  # bf16 output
 
     @staticmethod
-    def of(stage) -> "Tiles":
+    def of(stage) -> Tiles:
         m, n, d = stage.block_m, stage.block_n, stage.head_dim
         return Tiles(q=m * d * ELEM, k=n * d * ELEM, v=n * d * ELEM, s=m * n * ACC, p=m * n * ELEM,
                      o_acc=m * d * ACC, o=m * d * ELEM)

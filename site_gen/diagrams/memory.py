@@ -99,14 +99,12 @@ def plan(stage) -> dict:
                 mech = "ld.global → st.shared"
             arrow(x, "l2", "smem", mech, per_iter)
             cell(x, "smem", *_buf_lines(bufs))
-            reads = facts.smem_read_per_iter(stage, x)
             if mma == "wgmma":
                 arrow(x, "smem", "tensor", _mech("wgmma-desc", stage), f"{wgs} WG × {fmt_bytes(tile)} / iter")
             else:
                 arrow(x, "smem", "regs", _mech(frag, stage), f"{warps} warps × {fmt_bytes(tile)}")
                 cell(x, "regs", f"{x} fragments", "B operand")
                 arrow(x, "regs", "tensor", label=False)
-            assert reads == (wgs if mma == "wgmma" else warps) * tile
         else:
             arrow(x, "l2", "regs", _mech(fam, stage), per_iter)
             cell(x, "regs", f"{x} fragments", "B operand")
@@ -155,7 +153,7 @@ def _row_y(region: str) -> float:
 def memory_diagram(stage, stages) -> Diagram:
     did = f"s{stage.id}-memory"
     cols = plan(stage)
-    t = facts.Tiles.of(stage)
+    facts.Tiles.of(stage)
     grid_h = len(REGIONS) * ROW_H + (len(REGIONS) - 1) * GAP
     nbuf = len(stage.smem)
     height = TOP + grid_h + 40 + 18 * (nbuf + 3) + 10
@@ -243,10 +241,8 @@ def _draw_arrow(c, cx, a: Arrow, cells, colour):
         y1 = _row_y("tensor") + 3
     lo, hi = min(i, j), max(i, j)
     skipped = any(REGIONS[k] in cells for k in range(lo + 1, hi))
-    x = cx + (COL_W / 2 - 8 if skipped else 0)
-    # Two arrows between the same rows of one column (up and down) sit side by side.
-    if not skipped and a.dst == "regs" and a.src in ("tensor",):
-        x = cx
+    # An arrow that would cross a tile of its own column runs along the column's right edge.
+    x = cx + (COL_W / 2 - 3 if skipped else 0)
     c.line(x, y1, x, y2 + (-2 if down else 2), stroke=colour, sw=1.6, arrow=True)
     if not a.label or not a.lines:
         return

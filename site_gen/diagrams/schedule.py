@@ -1,9 +1,10 @@
 """A small schedule model: where the ops of a stage's KV loop fall in time on one SM.
 
 Rules (the timeline's caption repeats them):
-1. The spec's [[schedule]] ops are one KV iteration; the loop repeats them. An op of kind store_o
-   is the epilogue: it runs once per output tile, after the tile's last iteration. A spec without
-   one gets an implicit store of O after the last PV, issued by the role that runs PV.
+1. The spec's [[schedule]] ops are one KV iteration; the loop repeats them. An op of kind load_q
+   is the prologue (once per output tile, before its first iteration); an op of kind store_o is the
+   epilogue (once per output tile, after its last iteration). A spec without a store gets an
+   implicit store of O after the last PV, issued by the role that runs PV.
 2. Dependencies: "x" = op x of the same iteration, "prev.x" / "prev2.x" = one / two iterations
    back (absent before the first iteration).
 3. Each role issues its ops in program order (iteration by iteration, spec order within one).
@@ -15,7 +16,10 @@ Rules (the timeline's caption repeats them):
 4. A unit (load, tensor, softmax, epilogue) runs one op at a time. List scheduling: repeatedly
    take, among the roles' next ops whose dependencies are placed, the one that can start first,
    and place it in the earliest gap of its unit.
-5. Durations come from FLOP and byte counts at the H200 rates of rates.py.
+5. Durations come from FLOP and byte counts at the H200 rates of rates.py; an op covers
+   block_m / (number of ops of its kind) query rows unless its [[schedule]] entry says `rows`.
+   K/V loads move the bytes that facts.l2_bytes_per_iter counts (per warp without shared memory,
+   once per CTA with it, 1/cluster of the tile with multicast).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from . import engines, facts, rates
 
 UNITS = ("load", "tensor", "softmax", "epilogue")
+ONCE = ("load_q", "store_o")  # once per output tile, not per KV iteration
 UNIT_LABEL = {"load": "load / TMA", "tensor": "tensor cores", "softmax": "softmax (MUFU / FMA)",
               "epilogue": "epilogue"}
 
@@ -44,6 +49,7 @@ class Op:
     role: str
     after: tuple[str, ...]
     implicit: bool = False
+    rows: int | None = None  # optional `rows` of the spec entry; default: block_m split evenly
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,12 @@ class Slot:
 
 
 def model_ops(stage) -> list[Op]:
-    ops = [Op(o.op, o.kind, o.unit, o.engine, o.role, tuple(o.after)) for o in stage.schedule]
+    raw = {e.get("op"): e for e in stage.raw.get("schedule", []) if isinstance(e, dict)}
+    ops = []
+    for o in stage.schedule:
+        rows = raw.get(o.op, {}).get("rows")
+        rows = rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
+        ops.append(Op(o.op, o.kind, o.unit, o.engine, o.role, tuple(o.after), rows=rows))
     if not any(o.kind == "store_o" for o in ops):
         pv = [o for o in ops if o.kind == "pv"]
         last = pv[-1] if pv else ops[-1]
@@ -75,12 +86,12 @@ def duration(stage, op: Op) -> float:
     fam = engines.family(op.engine)
     t = facts.Tiles.of(stage)
     if op.kind in ("qk", "pv"):
-        rows = facts.rows_per_op(stage, op.kind)
+        rows = op.rows or facts.rows_per_op(stage, op.kind)
         flops = 2 * rows * stage.block_n * stage.head_dim
         rate = rates.TENSOR_FLOPS_SM * (1.0 if fam == "wgmma" else rates.MMA_SYNC_FRACTION)
         return flops / rate
     if op.kind == "softmax":
-        rows = facts.rows_per_op(stage, "softmax")
+        rows = op.rows or facts.rows_per_op(stage, "softmax")
         elems = rows * stage.block_n
         # exp2 with the scale folded in: max, FFMA, add per score; expf adds scale multiply and
         # its own range reduction. Plus rescaling the O accumulator row by row.
@@ -94,7 +105,7 @@ def duration(stage, op: Op) -> float:
     if op.kind == "load_q":
         return t.q / rates.HBM_BYTES_SM
     if op.kind == "store_o":
-        rows = facts.rows_per_op(stage, "store_o")
+        rows = op.rows or facts.rows_per_op(stage, "store_o")
         return rows * stage.head_dim * facts.ELEM / rates.HBM_BYTES_SM
     raise ValueError(op.kind)
 
@@ -130,14 +141,17 @@ def stream(op: Op) -> str:
 
 def simulate(stage, iterations: int = 4, tiles: int = 1) -> list[Slot]:
     ops = model_ops(stage)
-    loop = [o for o in ops if o.kind != "store_o"]
+    loop = [o for o in ops if o.kind not in ONCE]
     stores = [o for o in ops if o.kind == "store_o"]
+    prologue = [o for o in ops if o.kind == "load_q"]
     roles = []  # issue streams: a role, plus "<role> copies" for its prefetching copies
     for o in ops:
         if stream(o) not in roles:
             roles.append(stream(o))
     seq: dict[str, list[tuple[Op, int, int]]] = {r: [] for r in roles}
     for t in range(tiles):
+        for o in prologue:
+            seq[stream(o)].append((o, t * iterations, t))
         for i in range(iterations):
             for o in loop:
                 seq[stream(o)].append((o, t * iterations + i, t))
@@ -198,7 +212,7 @@ class Prediction:
 
 def predict(stage, iterations: int = 12) -> Prediction:
     """Steady-state time per iteration: spacing of iteration ends deep in a long run."""
-    slots = [s for s in simulate(stage, iterations) if s.op.kind != "store_o"]
+    slots = [s for s in simulate(stage, iterations) if s.op.kind not in ONCE]
     ends = {}
     for s in slots:
         ends[s.it] = max(ends.get(s.it, 0.0), s.end)
@@ -206,7 +220,7 @@ def predict(stage, iterations: int = 12) -> Prediction:
     period = (ends[b] - ends[a]) / (b - a)
     busy = {u: 0.0 for u in UNITS if u != "epilogue"}
     for o in model_ops(stage):
-        if o.kind != "store_o":
+        if o.kind not in ONCE:
             busy[o.unit] += duration(stage, o)
     # Greedy placement can squeeze the last measured iterations; no unit does more than its work.
     period = max(period, max(busy.values()))

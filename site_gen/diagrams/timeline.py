@@ -13,6 +13,11 @@ KIND_COLOUR = {"load_k": "k", "load_v": "v", "load_kv": "k", "load_q": "q", "qk"
                "pv": "o", "store_o": "o"}
 
 
+LEGEND = (("load_q", "q", "load Q"), ("load_k", "k", "load K"), ("load_kv", "k", "load K+V"),
+          ("load_v", "v", "load V"), ("qk", "s", "S = QKᵀ"), ("softmax", "p", "softmax"),
+          ("pv", "o", "O += PV"), ("store_o", "o", "store O"))
+
+
 def iterations_for(stage) -> tuple[int, int]:
     """(iterations per tile, tiles) to draw: a persistent kernel shows the next tile starting."""
     return (3, 2) if facts.persistent(stage) else (4, 1)
@@ -58,18 +63,20 @@ def timeline_diagram(stage, stages) -> Diagram:
         c.rect(x, y + 3, w, LANE_H - 6, fill=fill, stroke="bg", sw=1, rx=2,
                opacity=0.95 if s.it % 2 == 0 else 0.7, parent=g)
         it = s.it % iters
-        name = s.op.name if s.op.kind != "store_o" or tiles == 1 else f"{s.op.name} t{s.tile + 1}"
+        once = s.op.kind in schedule.ONCE
+        name = s.op.name if not once or tiles == 1 else f"{s.op.name} t{s.tile + 1}"
         if text_width(f"{name} {it}", 10.5) > w - 4:
             name = name.replace("softmax", "sm").replace("load_", "")
-        one = name if s.op.kind == "store_o" else f"{name} {it}"
+        one = name if once else f"{name} {it}"
         cx, cy = x + w / 2, y + LANE_H / 2
-        if text_width(one, 10.5) <= w - 4:
+        if text_width(one, 10.5) <= w - 8:
             c.text(cx, cy + 4, one, size=10.5, anchor="middle", fill="bg", weight="600", parent=g)
-        elif s.op.kind != "store_o" and text_width(name, 9.5) <= w - 2:
+        elif not once and text_width(name, 9.5) <= w - 6:
             c.text(cx, cy - 1.5, name, size=9.5, anchor="middle", fill="bg", weight="600", parent=g)
             c.text(cx, cy + 9.5, f"#{it}", size=9, anchor="middle", fill="bg", parent=g)
-        elif text_width(f"{it}", 10) <= w - 2:
-            c.text(cx, cy + 4, f"{it}", size=10, anchor="middle", fill="bg", weight="600", parent=g)
+        elif text_width(f"{it}", 10) <= w - 5:
+            short = s.op.kind[-1].upper() if once else f"{it}"  # "Q" / "O" for the prologue/epilogue
+            c.text(cx, cy + 4, short, size=10, anchor="middle", fill="bg", weight="600", parent=g)
 
     # Time axis.
     ay = top + lanes_h + 2
@@ -94,8 +101,13 @@ def timeline_diagram(stage, stages) -> Diagram:
         c.rect(X0, yy, (X1 - X0 - 250), 14, fill="panel", stroke="grid", rx=2)
         c.rect(X0, yy, (X1 - X0 - 250) * min(util, 1.0), 14, fill=schedule_colour(u), stroke=None, rx=2)
         c.text(X1 - 240, yy + 11, f"{fmt_us(busy)} of work per iteration · {util * 100:.0f}% busy", size=11)
-    c.legend(14, height - 10, [("k", "load K"), ("v", "load V"), ("s", "S = QKᵀ"), ("p", "softmax"),
-                               ("o", "O += PV / store O")], size=11)
+    kinds = {s.op.kind for s in slots}
+    merged: dict[str, list[str]] = {}  # one swatch per colour
+    for kind, col, label in LEGEND:
+        if kind in kinds:
+            merged.setdefault(col, []).append(label)
+    items = [(col, " / ".join(labels)) for col, labels in merged.items()]
+    c.legend(14, height - 10, items, size=11)
     cap = (f"Placed by the schedule model (site_gen/diagrams/schedule.py) from stage {stage.id}'s "
            f"`[[schedule]]`: ops in program order per role, asynchronous copies prefetched as their "
            f"`after` dependencies allow, one op at a time per unit. Rates: {rates.ASSUMPTIONS}. "

@@ -32,8 +32,8 @@ def tma_box(stage, stages):
             c.rect(460 + pos * cw, 70 + r * ch, cw, ch, fill="k", stroke="bg", opacity=0.15 + 0.08 * k, rx=0, sw=0.5)
             c.text(460 + pos * cw + cw / 2, 70 + r * ch + 15, f"c{k}", size=9, anchor="middle")
     box_bytes = stage.block_n * inner * 2
-    c.lines(20, 270, [f"One box: {stage.block_n} × 128 B = {fmt_bytes(box_bytes)}; the K tile needs "
-                      f"{stage.head_dim // inner} boxes ({fmt_bytes(facts.Tiles.of(stage).k)}).",
+    c.lines(20, 270, [(f"One box: {stage.block_n} × 128 B = {fmt_bytes(box_bytes)}; the K tile needs "
+                      f"{stage.head_dim // inner} boxes ({fmt_bytes(facts.Tiles.of(stage).k)})."),
                       "One thread issues cp.async.bulk.tensor with a tensor map (CUtensorMap) and an mbarrier;",
                       "mbarrier.arrive.expect_tx sets the byte count, the copy's completion decrements it."],
             size=11.5, leading=1.5)
@@ -62,10 +62,10 @@ def wgmma_descriptors(stage, stages):
         c.rect(x0 + lo * bw, y0, (hi - lo) * bw, 30, fill="k", stroke="stroke", opacity=0.35, rx=0)
         c.text(x0 + (lo + hi) / 2 * bw, y0 + 46, name, size=9.5, anchor="middle")
         c.text(x0 + lo * bw + 1, y0 + 12, str(lo), size=8, fill="muted")
-    c.lines(20, 262, [f"Accumulators stay in registers: each thread holds {64 * stage.block_n // 128} fp32 of "
-                      f"the 64×{stage.block_n} S tile.",
-                      "wgmma.fence / commit_group / wait_group bracket the asynchronous MMAs; "
-                      "LBO/SBO: byte strides between 8×8 core matrices."], size=11.5, leading=1.5)
+    c.lines(20, 262, [(f"Accumulators stay in registers: each thread holds {64 * stage.block_n // 128} fp32 of "
+                      f"the 64×{stage.block_n} S tile."),
+                      ("wgmma.fence / commit_group / wait_group bracket the asynchronous MMAs; "
+                      "LBO/SBO: byte strides between 8×8 core matrices.")], size=11.5, leading=1.5)
     return done(c, stage, "One wgmma replaces a warpgroup's worth of mma.sync and reads its shared-memory "
                           "operands directly, without ldmatrix.")
 
@@ -136,8 +136,8 @@ def mbarrier_ring(stage, stages):
         c.text(x, y0 + 44, str((k // ns) % 2), size=11, anchor="middle")
     c.lines(20, 230, ["producer: wait empty[s] (phase ^ 1) → arrive.expect_tx full[s] → TMA into slot s",
                       "consumer: wait full[s] (phase) → wgmma on slot s → arrive empty[s]",
-                      "the phase bit flips each time the ring wraps, so a barrier is never confused with "
-                      "its previous round"], size=11.5, leading=1.5, mono=False)
+                      ("the phase bit flips each time the ring wraps, so a barrier is never confused with "
+                      "its previous round")], size=11.5, leading=1.5, mono=False)
     return done(c, stage, f"Stage {stage.id}: {ns}-slot ring; mbarriers in shared memory: "
                           f"{', '.join(b.name for b in facts.barriers(stage)) or 'none'}.")
 
@@ -145,7 +145,7 @@ def mbarrier_ring(stage, stages):
 def _role_lanes(c, stage, y0, iters=3, width=700, x0=140):
     """Per-role lanes of the schedule model (the same model as the timeline); a role gets one track
     per unit it uses, so its overlapping ops stay visible."""
-    slots = [s for s in schedule.simulate(stage, iters) if s.op.kind != "store_o"]
+    slots = [s for s in schedule.simulate(stage, iters) if s.op.kind not in schedule.ONCE]
     end = max(s.end for s in slots)
     sc = width / end
     y = y0
@@ -176,7 +176,7 @@ def _lanes_height(stage, iters=3) -> int:
     slots = schedule.simulate(stage, iters)
     total = 0
     for r in stage.roles:
-        units = {s.op.unit for s in slots if s.op.role == r.name and s.op.kind != "store_o"}
+        units = {s.op.unit for s in slots if s.op.role == r.name and s.op.kind not in schedule.ONCE}
         total += 24 * len(units) + 14
     return total
 
@@ -185,7 +185,7 @@ def pingpong(stage, stages):
     c = canvas("pingpong", 130 + _lanes_height(stage), "Pingpong: two warpgroups alternate GEMMs and softmax",
                "Per-role lanes from the schedule model: while one consumer warpgroup runs its softmax on the "
                "MUFU, the other issues its GEMMs to the tensor cores; named barriers keep the GEMMs in order.")
-    y, end = _role_lanes(c, stage, 50)
+    y, _end = _role_lanes(c, stage, 50)
     p = schedule.predict(stage)
     c.text(12, y + 24, f"Model: {fmt_us(p.period)} per iteration; tensor cores {p.utilisation('tensor') * 100:.0f}% "
                        f"busy, softmax {p.utilisation('softmax') * 100:.0f}% busy.", size=11.5)
@@ -197,7 +197,7 @@ def intra_overlap(stage, stages):
     c = canvas("intra-wg-overlap", 130 + _lanes_height(stage), "Intra-warpgroup overlap: QK(j+1) and PV(j) around softmax",
                "Each consumer issues the QK GEMM of the next tile and the PV GEMM of the previous tile before "
                "running the softmax, so its own tensor-core work is in flight while it exponentiates.")
-    y, end = _role_lanes(c, stage, 50)
+    y, _end = _role_lanes(c, stage, 50)
     c.text(12, y + 24, "Program order per consumer: issue qk(j+1), issue pv(j) with P(j), softmax(j+1) while both run; "
                        "the cost: registers for two S tiles.", size=11.5)
     c.legend(12, y + 48, [("s", "QKᵀ"), ("p", "softmax"), ("o", "PV"), ("k", "load K"), ("v", "load V")], size=11)

@@ -93,8 +93,8 @@ def causal_map(stage, stages):
         c.rect(x0 + j * cell, y0 + i * cell, w, cell, fill=colour[s], stroke="bg", opacity=0.7, rx=0)
     c.line(x0, y0, x0 + length / bn * cell, y0 + ni * cell, stroke="bar", sw=1.5, dash="5 3")
     c.text(x0, y0 - 10, f"key blocks of {bn} →", size=11, fill="muted")
-    c.text(x0 - 8, y0 + 14, f"query", size=10, anchor="end", fill="muted")
-    c.text(x0 - 8, y0 + 27, f"blocks", size=10, anchor="end", fill="muted")
+    c.text(x0 - 8, y0 + 14, "query", size=10, anchor="end", fill="muted")
+    c.text(x0 - 8, y0 + 27, "blocks", size=10, anchor="end", fill="muted")
     c.text(x0 - 8, y0 + 40, f"of {bm} ↓", size=10, anchor="end", fill="muted")
     counts = {k: sum(1 for v in blocks.values() if v == k) for k in ("full", "mask", "skip")}
     tx = x0 + nj * cell + 40

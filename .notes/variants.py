@@ -1,0 +1,77 @@
+"""Experiment: time variants of a stage (constants overridden) side by side. Dev tool, not the harness."""
+import math, re, sys, tempfile, subprocess, os
+from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+import torch, triton
+from hopattn import api, build, lineage
+
+VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks per SM for __launch_bounds__)
+    "s06": ("06_softmax-arith", {}, None),
+    "w32q": (".notes/exp/w32q.cu", {}, None),
+    "s06_lazy": (".notes/exp/s06_lazy.cu", {}, None),
+    "s06_lazy_unroll": (".notes/exp/s06_lazy_unroll.cu", {}, None),
+    "w32q_n32": (".notes/exp/w32q_n32.cu", {}, None),
+    "w32q_n32_lb2": (".notes/exp/w32q_n32.cu", {}, 2),
+    "s06_lb3": ("06_softmax-arith", {}, 3),
+    "s06_m128": ("06_softmax-arith", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+    "s06_m128_n32": ("06_softmax-arith", {"BLOCK_M": 128, "NUM_THREADS": 256, "BLOCK_N": 32}, None),
+    "s06_m192": ("06_softmax-arith", {"BLOCK_M": 192, "NUM_THREADS": 384}, 1),
+    "s06_n32_lb3": ("06_softmax-arith", {"BLOCK_N": 32}, 3),
+    "s05_m128": ("05_cp-async", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+    "s04_m128": ("04_swizzle", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+    "s03_m128": ("03_ldmatrix", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+    "s02_m128": ("02_smem-tiles", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+    "s01_m128": ("01_baseline", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+}
+if len(sys.argv) > 1:
+    VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
+out_dir = Path(os.environ.get("VARIANT_DIR", "/tmp/variants"))
+
+def make(name, folder, consts, minb):
+    path = Path(folder) if folder.endswith(".cu") else lineage.ATTENTION_DIR / folder / "kernel.cu"
+    src = path.read_text().replace('"/work/main/kernels/attention/common/', '"../common/')
+    for c, v in consts.items():
+        src, n = re.subn(rf"(constexpr int {c} = )\d+;", rf"\g<1>{v};", src)
+        assert n == 1, (name, c)
+    if minb:
+        src = src.replace("__launch_bounds__(NUM_THREADS)", f"__launch_bounds__(NUM_THREADS, {minb})")
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "kernel.cu").write_text(src.replace('"../common/', f'"{lineage.ATTENTION_DIR}/common/'))
+    lib = d / "lib.so"
+    stage = lineage.load_stage(lineage.ATTENTION_DIR / "06_softmax-arith")
+    cmd = [build.nvcc(), *build.nvcc_flags(stage), "-o", str(lib), str(d / "kernel.cu")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        return name, None, p.stderr[-2000:]
+    regs = re.findall(r"Used (\d+) registers.*", p.stdout + p.stderr)
+    spill = re.findall(r"(\d+) bytes spill stores", p.stdout + p.stderr)
+    return name, lib, f"regs {regs[0] if regs else '?'} spill {spill[0] if spill else '?'}"
+
+with ThreadPoolExecutor(16) as ex:
+    built = list(ex.map(lambda kv: make(kv[0], *kv[1]), VARIANTS.items()))
+
+B, H, L = 4, 16, 8192
+q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) * 2 for _ in range(3))
+ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+flops = 4 * B * H * L * L * 128
+native = api._native()
+for name, lib, info in built:
+    if lib is None:
+        print(f"{name:16s} BUILD FAILED {info}")
+        continue
+    consts = VARIANTS[name][1]
+    o = torch.full_like(q, float("nan"))
+    L_ = native.StageLibrary(str(lib))
+    st = (H * L * 128, L * 128, 128)
+    def run():
+        L_.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), st, st, st, st, B, H, L, L, 128,
+                  1 / math.sqrt(128), False, 132, torch.cuda.current_stream().cuda_stream)
+    try:
+        run(); torch.cuda.synchronize()
+    except Exception as e:
+        print(f"{name:16s} LAUNCH FAILED {e}", flush=True)
+        continue
+    err = ((o.float() - ref).norm() / ref.norm()).item()
+    ms = triton.testing.do_bench(run, warmup=100, rep=400, return_mode="median")
+    print(f"{name:16s} {info:22s} err {err:.1e}  {ms:7.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
