@@ -93,6 +93,7 @@ def default_out(gpu_name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from hopattn import lineage
+
     from bench.report import Log
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -280,9 +280,10 @@ def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._e
     every shape, so a run cut short (a time limit, a hung kernel) keeps what it finished.
     """
     import torch
-
     from hopattn import lineage, results
-    from bench import peers, stages as stage_arms
+
+    from bench import peers
+    from bench import stages as stage_arms
     from bench.watchdog import Watchdog
 
     if not torch.cuda.is_available():

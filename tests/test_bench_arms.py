@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hopattn import lineage
 
 from bench import peers, report, timing
 from bench.shapes import SHAPES, Shape
 from bench.stages import StageArm, make_stage_arms
-from hopattn import lineage
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_cuda_reason() is not None, re
 
 def test_quick_run_of_stage_01_writes_a_valid_file(tmp_path):
     import torch
-
     from hopattn import lineage, results
 
     # named like the real file, so load_results' check that 'gpu' matches the file name applies too

@@ -7,10 +7,10 @@ import json
 import types
 
 import pytest
+from hopattn import results
 
 from bench import report, runner
 from bench.shapes import Shape
-from hopattn import results
 
 torch = pytest.importorskip("torch")
 
@@ -102,9 +102,9 @@ def test_run_refuses_without_cuda(tmp_path, monkeypatch):
 def test_a_hung_arm_saves_what_was_measured_and_stops(tmp_path, fake_h200, monkeypatch):
     import threading
 
-    from bench import peers
-
     from test_bench_runner import FakeArm
+
+    from bench import peers
 
     released = threading.Event()
     saved = {}

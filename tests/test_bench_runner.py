@@ -8,11 +8,11 @@ import math
 import random
 
 import pytest
+from hopattn import results
 
 from bench import report, runner
 from bench.arms import Arm, Launch
 from bench.shapes import Shape, flops
-from hopattn import results
 
 torch = pytest.importorskip("torch")
 

@@ -3,7 +3,6 @@
 import shutil
 
 import pytest
-
 from hopattn import build, lineage
 
 STAGES = lineage.discover()

@@ -118,7 +118,7 @@ def test_colours_are_theme_variables(fixture_diagrams):
     for key in PALETTE:
         assert css.count(f"--hd-{key}:") == 2, key  # default and slate
     for d in fixture_diagrams:
-        for attr, value in re.findall(r'\b(fill|stroke)="([^"]+)"', d.svg):
+        for _attr, value in re.findall(r'\b(fill|stroke)="([^"]+)"', d.svg):
             assert value == "none" or re.fullmatch(r"var\(--hd-[a-z0-9]+, #[0-9a-f]{6}\)", value), (d.id, value)
 
 

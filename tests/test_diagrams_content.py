@@ -163,7 +163,8 @@ def test_causal_block_map_counts():
 
 def test_longest_first_beats_launch_order():
     costs = [(i, i + 1) for i in range(8)]
-    span = lambda plan: max(e for _, _, e, _ in plan)
+    def span(plan):
+        return max(e for _, _, e, _ in plan)
     assert span(lpt(sorted(costs, key=lambda x: -x[1]), 3)) < span(lpt(costs, 3))
 
 

@@ -3,7 +3,6 @@
 import shutil
 
 import pytest
-
 from hopattn import lineage
 
 SOURCE = lineage.ATTENTION_DIR / "01_baseline"

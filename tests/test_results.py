@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from hopattn import lineage, results
 from hopattn.results import ResultsError
 

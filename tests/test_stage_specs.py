@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from hopattn import lineage
 
 STAGES = lineage.discover()

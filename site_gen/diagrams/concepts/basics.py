@@ -197,7 +197,7 @@ def exp2_ffma(stage, stages):
                "the MUFU; row sums stay per thread until the end; two floats convert to bf16x2 at once.")
     before = ["FMUL s·scale", "FADD − m", "expf: FMUL log2e", "range fix-up", "MUFU ex2"]
     after = ["FFMA s·c − m·c", "MUFU ex2"]
-    for row, (label, ops, col) in enumerate((("before (expf)", before, "muted"), ("after (exp2)", after, "ok"))):
+    for row, (label, ops, _col) in enumerate((("before (expf)", before, "muted"), ("after (exp2)", after, "ok"))):
         y = 60 + row * 70
         c.text(12, y + 22, label, size=12, weight="600")
         for i, op in enumerate(ops):
