@@ -1,4 +1,8 @@
-"""Experiment: time variants of a stage (constants overridden) side by side. Dev tool, not the harness."""
+"""Experiment: time variants of a stage (constants overridden, or another .cu file) side by side.
+
+A development tool, not the benchmark harness: numbers from it go into notes as such, never into
+bench/results. Run on the GPU machine: PYTHONPATH=kernels:. python3 .notes/variants.py s06,s06_lb3
+"""
 import math, re, sys, tempfile, subprocess, os
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
@@ -7,11 +11,6 @@ from hopattn import api, build, lineage
 
 VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks per SM for __launch_bounds__)
     "s06": ("06_softmax-arith", {}, None),
-    "w32q": (".notes/exp/w32q.cu", {}, None),
-    "s06_lazy": (".notes/exp/s06_lazy.cu", {}, None),
-    "s06_lazy_unroll": (".notes/exp/s06_lazy_unroll.cu", {}, None),
-    "w32q_n32": (".notes/exp/w32q_n32.cu", {}, None),
-    "w32q_n32_lb2": (".notes/exp/w32q_n32.cu", {}, 2),
     "s06_lb3": ("06_softmax-arith", {}, 3),
     "s06_m128": ("06_softmax-arith", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
     "s06_m128_n32": ("06_softmax-arith", {"BLOCK_M": 128, "NUM_THREADS": 256, "BLOCK_N": 32}, None),
