@@ -10,17 +10,9 @@ import torch, triton
 from hopattn import api, build, lineage
 
 VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks per SM for __launch_bounds__)
+    "s05": ("05_cp-async", {}, None),
     "s06": ("06_softmax-arith", {}, None),
-    "s06_lb3": ("06_softmax-arith", {}, 3),
-    "s06_m128": ("06_softmax-arith", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
-    "s06_m128_n32": ("06_softmax-arith", {"BLOCK_M": 128, "NUM_THREADS": 256, "BLOCK_N": 32}, None),
-    "s06_m192": ("06_softmax-arith", {"BLOCK_M": 192, "NUM_THREADS": 384}, 1),
-    "s06_n32_lb3": ("06_softmax-arith", {"BLOCK_N": 32}, 3),
-    "s05_m128": ("05_cp-async", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
-    "s04_m128": ("04_swizzle", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
-    "s03_m128": ("03_ldmatrix", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
-    "s02_m128": ("02_smem-tiles", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
-    "s01_m128": ("01_baseline", {"BLOCK_M": 128, "NUM_THREADS": 256}, None),
+    "s06_n32": ("06_softmax-arith", {"BLOCK_N": 32}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}

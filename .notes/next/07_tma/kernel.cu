@@ -256,10 +256,12 @@ HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char
                  HEAD_DIM, BLOCK_M, BLOCK_N);
         return 1;
     }
-    // The tensor maps view Q, K and V as [batch * heads * len, 128]: they must be contiguous BHSD,
-    // and a box of rows never crosses into the next (batch, head) because len is a multiple of it.
+    // The tensor maps view Q, K and V as [batch * heads * len, 128]: they must be contiguous BHSD
+    // (the stride of a dimension of size 1 does not matter), and a box of rows never crosses into
+    // the next (batch, head) because len is a multiple of it.
     const auto bhsd = [&](const int64_t* s, int len) {
-        return s[2] == HEAD_DIM && s[1] == int64_t(len) * HEAD_DIM && s[0] == int64_t(p->heads) * len * HEAD_DIM;
+        return s[2] == HEAD_DIM && (p->heads == 1 || s[1] == int64_t(len) * HEAD_DIM) &&
+               (p->batch == 1 || s[0] == int64_t(p->heads) * len * HEAD_DIM);
     };
     const int64_t q_rows = int64_t(p->batch) * p->heads * p->len_q, kv_rows = int64_t(p->batch) * p->heads * p->len_k;
     if (!bhsd(p->q_stride, p->len_q) || !bhsd(p->k_stride, p->len_k) || !bhsd(p->v_stride, p->len_k) ||
