@@ -13,6 +13,8 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s05": ("05_cp-async", {}, None),
     "s06": ("06_softmax-arith", {}, None),
     "s06_n32": ("06_softmax-arith", {"BLOCK_N": 32}, None),
+    "s08": ("08_wgmma", {}, None),
+    "s08_pv_n64": (".notes/next/checks/08_wgmma_pv_n64_fallback.cu", {}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
@@ -30,7 +32,9 @@ def make(name, folder, consts, minb):
     d.mkdir(parents=True, exist_ok=True)
     (d / "kernel.cu").write_text(src.replace('"../common/', f'"{lineage.ATTENTION_DIR}/common/'))
     lib = d / "lib.so"
-    stage = lineage.load_stage(lineage.ATTENTION_DIR / "06_softmax-arith")
+    # Flags of a stage with the same instruction set (wgmma and TMA need the sm_90a target alone).
+    hopper = any(word in src for word in ("wgmma", "cp.async.bulk", "tma.cuh"))
+    stage = lineage.load_stage(lineage.ATTENTION_DIR / ("08_wgmma" if hopper else "06_softmax-arith"))
     cmd = [build.nvcc(), *build.nvcc_flags(stage), "-o", str(lib), str(d / "kernel.cu")]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
