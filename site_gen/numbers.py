@@ -12,6 +12,7 @@ from dataclasses import dataclass
 SHAPE_ORDER = ("4k", "8k", "16k")
 REFERENCES = (("fa4", "FA4"), ("cudnn", "cuDNN"))
 STALE = '<span class="hd-stale" title="measured on older sources of this stage">stale</span>'
+CROSS_RUN = '<span class="hd-cross-run" title="the two stages were timed in different runs">†</span>'
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
 def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
     """#benchmark body for one stage on one GPU; empty string if this GPU never measured it."""
     rows = []
-    stale_seen = False
+    stale_seen = cross_run_seen = False
     for causal in (False, True):
         for sh in nums.shapes():
             e = nums.stage(stage.id, sh, causal)
@@ -149,6 +150,9 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
             ratios = e.get("ratios") or {}
             p = nums.stage(prev.id, sh, causal) if prev is not None else None
             vs_prev = _ratio(e["tflops"] / p["tflops"]) if _ok(p) and p["tflops"] else "–"
+            if _ok(p) and p["run_id"] != e["run_id"]:
+                vs_prev += f" {CROSS_RUN}"  # the two stages were timed in different runs
+                cross_run_seen = True
             spread = f"{e['spread_pct']:.1f} %" if e.get("spread_pct") is not None else ""
             err = f"{e['rel_err']:.2g}" if e.get("rel_err") is not None else ""
             mark = f" {STALE}" if stale else ""
@@ -162,6 +166,9 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
             + " | ".join(f"vs {label}" for _, label in REFERENCES)
             + f" | {prev_head} | Rel. error |\n|---|---:|---:|---:|" + "---:|" * len(REFERENCES) + "---:|---:|")
     out = [head, *rows, ""]
+    if cross_run_seen:
+        out.append(f"{CROSS_RUN}: this stage and the previous one were timed in different runs, so that ratio "
+                   "carries the run-to-run noise the same-run ratios avoid.\n")
     if stale_seen:
         out.append(f"{STALE}: measured on an older version of this stage's sources (the current hash is "
                    f"`{hashes[stage.id]}`); rerun the benchmark to refresh.\n")

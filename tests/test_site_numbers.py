@@ -52,3 +52,14 @@ def test_chart_is_deterministic_svg():
 
 def test_no_numbers_no_chart():
     assert plots.progression_svg({"series": {False: {}, True: {}}, "refs": {False: {}, True: {}}, "stages": []}) is None
+
+
+def test_ratio_to_previous_stage_from_another_run_is_marked():
+    stages, nums, hashes = fixture_inputs()
+    same = numbers.stage_table(stages[1], stages[0], hashes, nums)
+    assert "hd-cross-run" not in same
+    for e in nums.data["results"]:
+        if e["kind"] == "stage" and e["name"] == "02":
+            e["run_id"] = "another-run"
+    crossed = numbers.stage_table(stages[1], stages[0], hashes, nums)
+    assert "hd-cross-run" in crossed and "timed in different runs" in crossed
