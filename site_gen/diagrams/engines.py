@@ -36,6 +36,7 @@ LABEL = {
     "ldmatrix": "ldmatrix",
     "stmatrix": "stmatrix",
     "ld.shared": "ld.shared",
+    "st.shared": "st.shared",
     "st.global": "st.global",
     "ex2": "ex2 (MUFU) + FFMA",
     "expf": "expf (MUFU + FMUL)",

@@ -115,7 +115,8 @@ def plan(stage) -> dict:
     cell("S", "regs", f"S {m}×{n} fp32", fmt_bytes(t.s))
     cell("P", "regs", f"P {m}×{n} bf16", fmt_bytes(t.p))
     if facts.p_in_smem(stage):
-        pfam = "stmatrix" if stage.arch == "sm_90a" else "st.shared"
+        # How P reaches shared memory: plain stores unless the stage says otherwise ([diagram] p_store).
+        pfam = stage.raw.get("diagram", {}).get("p_store", "st.shared")
         arrow("P", "regs", "smem", engines.LABEL[pfam], f"{fmt_bytes(t.p)} / iter")
         pbuf = facts.smem_of(stage, "P")
         cell("P", "smem", *(_buf_lines(pbuf) if pbuf else ["P staging"]))
@@ -175,8 +176,13 @@ def memory_diagram(stage, stages) -> Diagram:
     # Tensor-core boxes: QKᵀ under Q K S, PV under P V O.
     ty = _row_y("tensor")
     mma = facts.mma_family(stage)
-    op_label = "wgmma m64n" + str(stage.block_n) + "k16" if mma == "wgmma" else "mma.sync m16n8k16"
+    # wgmma's N is the GEMM's output width: block_n for S, and for O the head dim unless the stage
+    # says it splits the PV product into narrower instructions ([diagram] pv_n).
+    pv_n = stage.raw.get("diagram", {}).get("pv_n", stage.head_dim)
+    labels = {"s": f"wgmma m64n{stage.block_n}k16", "o": f"wgmma m64n{pv_n}k16"} if mma == "wgmma" \
+        else {"s": "mma.sync m16n8k16", "o": "mma.sync m16n8k16"}
     for i, (label, col) in enumerate((("S = Q Kᵀ", "s"), ("O += P V", "o"))):
+        op_label = labels[col]
         x = CX0 + i * 3 * COL_W + 4
         c.rect(x, ty + 3, 3 * COL_W - 8, ROW_H - 6, fill="panel2", stroke=col, sw=1.5, rx=5)
         c.text(x + 3 * COL_W / 2 - 4, ty + 23, f"{label} · {op_label}", size=12, anchor="middle", weight="600")
