@@ -14,7 +14,6 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s06": ("06_softmax-arith", {}, None),
     "s06_n32": ("06_softmax-arith", {"BLOCK_N": 32}, None),
     "s08": ("08_wgmma", {}, None),
-    "s08_pv_n64": (".notes/next/checks/08_wgmma_pv_n64_fallback.cu", {}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
