@@ -65,7 +65,9 @@ def plan(stage) -> dict:
     def arrow(col, src, dst, *lines, label=True):
         cols[col]["arrows"].append(Arrow(src, dst, list(lines), label))
 
-    # Q: loaded once per CTA.
+    # Q: loaded once per CTA; its fragments stay in registers unless the stage reloads them every
+    # iteration ([diagram] q_in_registers = false, as the mma.sync stages do for lack of registers).
+    q_frags = "once" if stage.raw.get("diagram", {}).get("q_in_registers", True) else f"{fmt_bytes(t.q)} / iter"
     cell("Q", "global", f"Q tile {m}×{d}", f"bf16 · {fmt_bytes(t.q)}")
     qbuf = facts.smem_of(stage, "Q")
     qfam = facts.load_family(stage, "Q")
@@ -75,11 +77,11 @@ def plan(stage) -> dict:
         if mma == "wgmma":
             arrow("Q", "smem", "tensor", _mech("wgmma-desc", stage), f"{fmt_bytes(t.q)} / iter")
         else:
-            arrow("Q", "smem", "regs", _mech(frag, stage), "once")
+            arrow("Q", "smem", "regs", _mech(frag, stage), q_frags)
             cell("Q", "regs", "Q fragments", "A operand")
             arrow("Q", "regs", "tensor", "A operand", label=False)
     else:
-        arrow("Q", "global", "regs", _mech(qfam, stage), f"{fmt_bytes(t.q)} once")
+        arrow("Q", "global", "regs", _mech(qfam, stage), q_frags if q_frags != "once" else f"{fmt_bytes(t.q)} once")
         cell("Q", "regs", "Q fragments", "A operand")
         arrow("Q", "regs", "tensor", "A operand", label=False)
 
