@@ -70,7 +70,8 @@ def program_12(c, num_tiles, last_arrive_skipped=True, initial_by=(1,), arrive_b
 
     Steps: ("arrive", bar), ("sync", bar), ("wait_full", tile), ("issue", slot, reads), where
     reads names the buffers' tiles the GEMM reads, ("compute",) for softmax and wait_group time,
-    ("release", tile) for the empty arrival after wait_group 0 (the end of the warp's reads)."""
+    ("end_reads", tile) where wait_group 0 has retired the last wgmma reading the tile, ("release",
+    tile) for lane 0's arrival on the tile's empty barrier."""
     mine = PINGPONG_BAR + (1 - c if swap_ids else c)
     other = PINGPONG_BAR + (c if swap_ids else 1 - c)
     steps = []
@@ -94,6 +95,7 @@ def program_12(c, num_tiles, last_arrive_skipped=True, initial_by=(1,), arrive_b
         steps.append(("compute",))                 # wait_group 0, softmax
         gemm((tile,), last=tile + 1 == num_tiles)  # PV
         steps.append(("compute",))                 # wait_group 0
+        steps.append(("end_reads", tile))
         steps.append(("release", tile))
     return steps
 
@@ -161,10 +163,11 @@ def simulate(program, num_tiles, seed, stages=e11.KV_STAGES, **bug):
                     for tile, b in holding.items():
                         if content[b] != tile:
                             raise e11.RaceError(f"buffer {b} overwritten while warp {w} reads tile {tile}")
-            elif op == "release":
+            elif op == "end_reads":  # wait_group has retired the last wgmma that reads the tile
                 b = holding.pop(step[1])
                 readers[b].discard(w)
-                empty[b].arrive()
+            elif op == "release":  # lane 0's arrival on the tile's empty barrier
+                empty[step[1] % stages].arrive()
             yield "ran"
 
     actors = {"producer": producer()}
