@@ -35,4 +35,5 @@ class Arm:
         return None
 
     def prepare(self, q, k, v, causal: bool, scale: float) -> Launch:
-        raise NotImplementedError
+        """The launcher for these inputs; every concrete arm (stage or peer) defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define prepare()")
