@@ -45,23 +45,31 @@ def main(stages):
             k = (torch.randn(b, h, lk, 128, generator=gen, device="cuda") * 4).to(torch.bfloat16)
             v = torch.randn(b, h, lk, 128, generator=gen, device="cuda").to(torch.bfloat16)
             out = hopattn.attention(q, k, v, stage=stage)
+            # Only the tile order changed from stage 13: the same tiles computed by the same
+            # instructions must give the same bits, so any difference is a scheduling bug, not rounding.
+            # Stages past 15 change the arithmetic (the tile shape): their error must stay within
+            # stage 13's on the same inputs instead.
+            base = hopattn.attention(q, k, v, stage=13)
+            base_err = (base.double() - reference(q, k, v)).abs().max().item()
+            same = torch.equal(out, base) if stage <= 15 else None
             torch.cuda.synchronize()
             ref = reference(q, k, v)
             err = (out.double() - ref).abs().max().item()
             tiles = b * h * lq // 128
-            bad = err > 2e-2 or not torch.isfinite(out).all()
+            bad = (same is False) or err > max(5e-2, 1.5 * base_err) or not torch.isfinite(out).all()
             ok &= not bad
             where = ""
             if bad:  # which tiles are wrong, by tile index and the CTA that ran it
-                per_tile = (out.double() - ref).abs().reshape(b * h, lq // 128, 128, 128).amax((2, 3)).flatten()
-                wrong = (per_tile > 2e-2).nonzero().flatten().tolist()
+                diff = (out != base) if same is False else ((out.double() - ref).abs() > 1.5 * base_err)
+                per_tile = diff.reshape(b * h, lq // 128, 128 * 128).any(-1).flatten()
+                wrong = per_tile.nonzero().flatten().tolist()
                 grid = min(sms, tiles)
                 where = f"  wrong tiles {wrong[:8]}, their (CTA, round) {[(t % grid, t // grid) for t in wrong[:8]]}"
-            print(f"stage {stage:02d} {(b, h, lq, lk)}: {tiles} tiles, max abs err {err:.2e}"
+            print(f"stage {stage:02d} {(b, h, lq, lk)}: {tiles} tiles, max abs err {err:.2e}, bitwise equal to stage 13: {same}"
                   f"{'  FAIL' if bad else ''}{where}", flush=True)
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main([int(s) for s in sys.argv[1:]] or [14, 15]))
+    sys.exit(main([int(s) for s in sys.argv[1:]] or [14, 15, 16]))
