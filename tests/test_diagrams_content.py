@@ -12,7 +12,8 @@ import pytest
 from hopattn import lineage
 
 from site_gen.diagrams import engines, facts, schedule
-from site_gen.diagrams.concepts.scheduling import causal_blocks, lpt
+from site_gen.diagrams.concepts import CONCEPTS
+from site_gen.diagrams.concepts.scheduling import causal_blocks, lpt, tile_shape, wgmma_smem_bytes_per_clk
 from site_gen.diagrams.memory import memory_diagram, plan
 from site_gen.diagrams.roles import roles_diagram
 from site_gen.diagrams.svg import fmt_bytes
@@ -159,6 +160,26 @@ def test_causal_block_map_counts():
         rows, cols = range(128 * i, 128 * i + 128), range(160 * j, min(160 * j + 160, 1024))
         visible = [c <= r for r in rows for c in cols]
         assert s == ("full" if all(visible) else "skip" if not any(visible) else "mask")
+
+
+def test_tile_shape_bytes_per_clock():
+    # SS m64nNk16: (2 KB of Q + 32 N bytes of K) per N/2 clocks at 4096 FLOP/clk; RS reads V alone.
+    assert [wgmma_smem_bytes_per_clk(n) for n in (64, 128, 256)] == [128, 96, 80]
+    assert wgmma_smem_bytes_per_clk(128, a_in_smem=False) == 64
+    assert (16, "scheduling.tile_shape") in CONCEPTS
+    assert not any("cluster" in dotted for _, dotted in CONCEPTS)
+
+
+def test_tile_shape_diagram_states_the_numbers():
+    real = lineage.discover()
+    s16 = next(s for s in real if s.number == 16)
+    d = tile_shape(s16, real)
+    assert d.id == "c-tile-shape" and d.stage == 16
+    body = texts(d.svg)
+    for label in ("128 B/clk", "96 B/clk", "80 B/clk", "64 B/clk"):
+        assert label in body
+    assert "this stage" in body and "stage 15" in body
+    assert "4 × fixed costs, 1/64 per key" in body and "2 × fixed costs, 1/128 per key" in body
 
 
 def test_longest_first_beats_launch_order():

@@ -24,7 +24,7 @@ CONCEPTS: tuple[tuple[int, str], ...] = (
     (13, "hopper.intra_overlap"),
     (14, "scheduling.persistent_tiles"),
     (15, "scheduling.tma_store"),
-    (16, "scheduling.cluster_multicast"),
+    (16, "scheduling.tile_shape"),
     (17, "scheduling.causal_map"),
     (18, "scheduling.longest_first"),
 )

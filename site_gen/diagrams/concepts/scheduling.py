@@ -1,11 +1,13 @@
-"""Concepts of the whole-kernel stages: persistent tile scheduling, the TMA-store epilogue, cluster
-multicast, the causal block map and longest-first scheduling. Example sizes are stated in the
+"""Concepts of the whole-kernel stages: persistent tile scheduling, the TMA-store epilogue, the K/V
+tile shape, the causal block map and longest-first scheduling. Example sizes are stated in the
 pictures; block sizes come from the stage."""
 
 from __future__ import annotations
 
+import math
+
 from .. import facts
-from ..svg import fmt_bytes
+from ..svg import fmt_bytes, num, text_width
 from .common import box, canvas, done
 
 SM_EXAMPLE = 8  # SMs drawn (the H200 has 132); enough to show the pattern at page width
@@ -46,23 +48,127 @@ def tma_store(stage, stages):
     return done(c, stage, "The store is asynchronous: the epilogue no longer stalls the next tile's main loop.")
 
 
-def cluster_multicast(stage, stages):
-    n = max(2, facts.cluster(stage))
-    t = facts.Tiles.of(stage)
-    c = canvas("cluster-multicast", 280, f"Cluster of {n} CTAs multicasting K/V",
-               f"Two CTAs of one cluster work on different query tiles of the same head and need the same K/V "
-               f"tile; each loads 1/{n} of it with TMA .multicast::cluster and both receive the whole tile.")
-    box(c, 330, 50, 200, 44, "L2: K tile", fill="k", stroke="k", opacity=0.25, sub=fmt_bytes(t.k))
-    for i in range(n):
-        x = 60 + i * (760 // n)
-        box(c, x, 170, 300, 50, f"CTA {i} shared memory", fill="q", stroke="q", opacity=0.2,
-            sub=f"receives all {fmt_bytes(t.k)}")
-        c.line(430, 96, x + 150, 168, stroke="k", sw=1.8, arrow=True)
-        c.text((430 + x + 150) / 2 + (-14 if i == 0 else 14), 128, f"issues 1/{n}: {fmt_bytes(t.k // n)}",
-               size=10.5, fill="muted", anchor="end" if i == 0 else "start")
-    c.text(20, 250, f"L2 reads per CTA and tile: {fmt_bytes(t.k // n)} instead of {fmt_bytes(t.k)}; "
-                    f"KV tile {stage.block_n}×{stage.head_dim}.", size=11.5)
-    return done(c, stage, "Multicast turns two L2 reads of the same tile into one, halving L2 traffic per CTA.")
+SMEM_BYTES_PER_CLK = 128  # an SM's shared memory: 32 banks x 4 bytes per clock
+WGMMA_FLOP_PER_CLK = 4096  # dense bf16 wgmma per SM: 2,048 multiply-adds per clock
+WGMMA_M, WGMMA_K = 64, 16  # one wgmma k-step on bf16: m64nNk16
+
+
+def wgmma_smem_bytes_per_clk(n: int, a_in_smem: bool = True) -> float:
+    """Shared-memory bytes one wgmma m64nNk16 (bf16) reads per tensor-core clock.
+
+    SS reads A (64 x 16) and B (N x 16); RS reads B alone. The k-step takes 2 * 64 * N * 16 FLOP at
+    WGMMA_FLOP_PER_CLK, i.e. N / 2 clocks."""
+    a = WGMMA_M * WGMMA_K * facts.ELEM if a_in_smem else 0
+    b = n * WGMMA_K * facts.ELEM
+    clocks = 2 * WGMMA_M * n * WGMMA_K / WGMMA_FLOP_PER_CLK
+    return (a + b) / clocks
+
+
+BAR_OPACITY, WORK_OPACITY, FIX_OPACITY = 0.45, 0.22, 0.8
+
+
+def _swatches(c, x, y, items, size=11, gap=16):
+    """Canvas.legend with the fill opacity the swatch stands for."""
+    for key, label, opacity in items:
+        c.rect(x, y - size + 1, size, size, fill=key, stroke=key, opacity=opacity, rx=2)
+        c.text(x + size + 4, y, label, size=size, fill="muted")
+        x += size + 4 + text_width(label, size) + gap
+
+
+def _previous(stage, stages):
+    return next((s for s in stages if s.number == stage.number - 1), None)
+
+
+def tile_shape(stage, stages):
+    n_now = stage.block_n
+    prev = _previous(stage, stages)
+    n_before = prev.block_n if prev is not None and prev.block_n != n_now else None
+    widths = sorted({64, 128, 256} | {n for n in (n_now, n_before) if n and n % 8 == 0 and 8 <= n <= 256})
+    a_bytes = WGMMA_M * WGMMA_K * facts.ELEM
+    ss = [(n, wgmma_smem_bytes_per_clk(n)) for n in widths]
+    rs = wgmma_smem_bytes_per_clk(stage.head_dim, a_in_smem=False)
+    c = canvas("tile-shape", 440, "Tile shape: a wider K/V tile reads less shared memory per clock",
+               "A QKᵀ wgmma m64nNk16 with both operands in shared memory reads 64×16 bf16 of Q and N×16 of K "
+               "per k-step, which takes N/2 tensor-core clocks: "
+               + ", ".join(f"N = {n}: {num(v)} B/clk" for n, v in ss)
+               + f", against the SM's {SMEM_BYTES_PER_CLK} B/clk of shared memory. The PV wgmma takes P from "
+               f"registers and reads only V: {num(rs)} B/clk. Per-iteration fixed costs are paid per K/V tile.")
+
+    # Bar chart: stacked Q (A) on K (B) for SS, V alone for RS, under the shared-memory line.
+    x0, x1, top, bottom = 70, 530, 74, 254
+    vmax = 1.125 * SMEM_BYTES_PER_CLK
+    def y(v):
+        return bottom - (bottom - top) * v / vmax
+    c.text(12, 52, "shared-memory bytes read per tensor-core clock (one SM)", size=12, weight="600")
+    for tick in range(0, SMEM_BYTES_PER_CLK + 1, 32):
+        c.line(x0, y(tick), x1, y(tick), stroke="grid", sw=0.8)
+        c.text(x0 - 6, y(tick) + 4, str(tick), size=10, anchor="end", fill="muted")
+    slot = (x1 - x0) / (len(ss) + 1)
+    bw = min(56, slot - 24)
+    for i, (n, v) in enumerate(ss + [(None, rs)]):
+        cx = x0 + slot * (i + 0.5)
+        if n is None:
+            c.rect(cx - bw / 2, y(rs), bw, bottom - y(rs), fill="v", stroke="v", opacity=BAR_OPACITY, rx=0)
+            rows = ["PV · RS", f"m64n{stage.head_dim}k16"]
+        else:
+            b_part = wgmma_smem_bytes_per_clk(n, a_in_smem=False)  # K's share; Q's is the rest
+            c.rect(cx - bw / 2, y(b_part), bw, bottom - y(b_part), fill="k", stroke="k", opacity=BAR_OPACITY, rx=0)
+            c.rect(cx - bw / 2, y(v), bw, y(b_part) - y(v), fill="q", stroke="q", opacity=BAR_OPACITY, rx=0)
+            rows = [f"N = {n}", f"m64n{n}k16"]
+            if n == n_now:
+                rows.append("this stage")
+            elif n == n_before:
+                rows.append(f"stage {prev.number}")
+        c.text(cx, y(v) - 6, f"{num(v)} B/clk", size=11, anchor="middle", weight="600")
+        c.text(cx, bottom + 16, rows[0], size=11, anchor="middle", weight="600")
+        c.text(cx, bottom + 30, rows[1], size=9.5, anchor="middle", fill="muted", mono=True)
+        if len(rows) > 2:
+            c.text(cx, bottom + 44, rows[2], size=10.5, anchor="middle", weight="600" if n == n_now else None,
+                   fill="fg" if n == n_now else "muted")
+    c.line(x0, bottom, x1, bottom, stroke="stroke")
+    c.line(x0, y(SMEM_BYTES_PER_CLK), x1, y(SMEM_BYTES_PER_CLK), stroke="bar", sw=1.6, dash="6 4")
+    c.text(x1, y(SMEM_BYTES_PER_CLK) - 6, f"shared memory: {SMEM_BYTES_PER_CLK} B/clk per SM", size=11,
+           anchor="end", fill="bar", weight="600")
+
+    # The arithmetic, next to the chart.
+    tx = 560
+    c.text(tx, 74, "QKᵀ, SS: per k-step of m64nNk16", size=12, weight="600")
+    c.lines(tx, 94, [f"A = Q: 64×16 bf16 = {fmt_bytes(a_bytes)}",
+                     f"B = K: N×16 bf16 = {WGMMA_K * facts.ELEM}·N bytes",
+                     f"2·64·N·16 FLOP at {WGMMA_FLOP_PER_CLK}/clk = N/2 clk",
+                     f"B/clk = ({a_bytes} + {WGMMA_K * facts.ELEM}·N) / (N/2)",
+                     "\u00a0" * 6 + f"= {2 * a_bytes}/N + {2 * WGMMA_K * facts.ELEM}"], size=11, leading=1.5, mono=True)
+    c.text(tx, 190, "PV, RS: P comes from registers,", size=12, weight="600")
+    c.text(tx, 208, f"only V is read: {num(rs)} B/clk for any N", size=11.5)
+    _swatches(c, tx, 234, [("q", "Q (A)", BAR_OPACITY), ("k", "K (B)", BAR_OPACITY), ("v", "V (B)", BAR_OPACITY)])
+    c.lines(tx, 258, [f"Q's {fmt_bytes(a_bytes)} is read once per k-step whatever N:",
+                      f"its share, {2 * a_bytes}/N B/clk, falls as N grows;",
+                      f"K's stays at {2 * WGMMA_K * facts.ELEM} B/clk."], size=11, leading=1.4, fill="muted")
+
+    # Fixed costs per K/V tile, over the same keys at both tile widths.
+    other = n_before or (64 if n_now != 64 else 128)
+    narrow, wide = sorted((other, n_now))
+    keys = math.lcm(narrow, wide)
+    keys = keys * max(1, 4 * narrow // keys) if keys // narrow <= 8 else 4 * wide  # at least 4 narrow tiles
+    yy = 342
+    c.text(12, yy - 16, f"Per-iteration fixed costs (barrier waits, named barriers, wait_group, row-max shuffles) "
+                        f"are paid once per K/V tile; over {keys} keys:", size=11.5, weight="600")
+    sx0, sx1, fix = 150, 600, 10
+    for row, n in enumerate((narrow, wide)):
+        ry = yy + row * 30
+        tiles = -(-keys // n)
+        label = f"N = {n}" + (" (this stage)" if n == n_now else f" (stage {prev.number})" if n == n_before else "")
+        c.text(12, ry + 14, label, size=11, weight="600" if n == n_now else None)
+        for t in range(tiles):
+            tx0 = sx0 + (sx1 - sx0) * t * n / keys
+            tx1 = sx0 + (sx1 - sx0) * min((t + 1) * n, keys) / keys
+            c.rect(tx0, ry, tx1 - tx0 - 2, 20, fill="tensor", stroke=None, opacity=WORK_OPACITY, rx=0)
+            c.rect(tx0, ry, fix, 20, fill="bar", stroke=None, opacity=FIX_OPACITY, rx=0)
+        c.text(sx1 + 14, ry + 14, f"{tiles} × fixed costs, 1/{n} per key", size=11)
+    _swatches(c, sx0, yy + 76, [("bar", "fixed costs of one iteration", FIX_OPACITY),
+                                ("tensor", "work on the tile's keys", WORK_OPACITY)], size=10.5)
+    return done(c, stage, f"Bytes per clock computed from (2 KB + 32·N B) / (N/2 clk) at {WGMMA_FLOP_PER_CLK} "
+                          f"FLOP/clk per SM; the fixed costs per key go from 1/{narrow} to 1/{wide} of an iteration's.")
 
 
 def causal_blocks(bm: int, bn: int, length: int):
