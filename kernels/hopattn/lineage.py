@@ -20,7 +20,7 @@ COMMON_DIR_NAME = "common"
 
 ARCHES = ("sm_80", "sm_90a")
 LAYOUTS = ("bhsd", "bshd")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "u64": 8}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "s32": 4, "u64": 8}
 SMEM_LAYOUTS = ("row-major", "xor-swizzle", "tma-swizzle-128b", "mbarrier")
 SCHEDULE_KINDS = ("load_q", "load_k", "load_v", "load_kv", "qk", "softmax", "pv", "store_o")
 SCHEDULE_UNITS = ("load", "tensor", "softmax", "epilogue")

@@ -17,6 +17,8 @@
 // as FlashAttention's. A CTA whose 128 rows all see no key writes zeros and loads nothing.
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "../common/abi.h"
 #include "../common/ldmatrix.cuh"
 #include "../common/mbarrier.cuh"
@@ -353,9 +355,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // runs while the previous tile's PV is in flight: it must not touch O (the rescale is recorded
         // in `correction` and applied after the PV has retired) nor P's registers (it leaves the
         // probabilities in S, in fp32). On the tiles from t.mask_from on, the scores a row must not
-        // see become -inf first: their exponentials are 0 and they move no maximum.
-        const auto softmax = [&](int tile) {
-            if (tile >= t.mask_from) {
+        // see become -inf first: their exponentials are 0 and they move no maximum. `masked` is a
+        // compile-time constant (std::true_type or std::false_type): with a run-time test, ptxas
+        // if-converts the mask into 130 compares and selects that every tile then executes.
+        const auto softmax = [&](int tile, auto masked) {
+            if constexpr (decltype(masked)::value) {
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const int keep = limit[half] - tile * BLOCK_N - 2 * quad;  // columns 8j + c below it stay
@@ -448,7 +452,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         wgmma_wait<0>();
         wgmma_fence_operands(s);
         release_k(0);
-        softmax(0);
+        if (t.mask_from == 0) softmax(0, std::true_type{});
+        else softmax(0, std::false_type{});
 
         // Tile t: one turn issues QK of t (group 1) and then PV of t - 1 (group 2). wait_group 1 returns
         // once all but the newest group have retired — QK of t — and the softmax of t runs while PV of
@@ -456,7 +461,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // right after the softmax: ptxas places a wait_group wherever it likes among the independent
         // instructions of its basic block, and hoists it above the exponentials (which then wait for
         // the PV and overlap nothing); the loop's back edge keeps it after them.
-        for (int tile = 1; tile < num_tiles; ++tile) {
+        const auto iteration = [&](int tile, auto masked) {
             retire_pv(tile - 2);
             rescale_and_pack();  // P of t - 1, and O rescaled for it
             wait_full(k_full, k_phase, tile);
@@ -469,8 +474,13 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             wgmma_wait<1>();  // QK of t has retired; PV of t - 1 may still run
             wgmma_fence_operands(s);
             release_k(tile);
-            softmax(tile);
-        }
+            softmax(tile, masked);
+        };
+        // Two loops: the tiles every row sees whole, without a mask, then the tiles the diagonal
+        // (or the end of the keys) crosses, with one.
+        const int unmasked_end = max(1, min(t.mask_from, num_tiles));
+        for (int tile = 1; tile < unmasked_end; ++tile) iteration(tile, std::false_type{});
+        for (int tile = unmasked_end; tile < num_tiles; ++tile) iteration(tile, std::true_type{});
 
         // The last PV alone in the last turn of the tile. The turns go on into the next output tile
         // (whose first turn, QK of its tile 0, consumer 0 takes after this one of consumer 1's), except
