@@ -294,7 +294,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // have read it.
         const int slot = n % SCHED_STAGES;
         mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);  // the slot's (n / 2)-th use
-        const int out_tile = ld_shared_s32(tile_ids + 4 * slot);
+        // Every lane reads the same id; the shuffle from lane 0 tells the compiler so, and the tile's
+        // descriptor arithmetic stays in uniform registers.
+        const int out_tile = __shfl_sync(0xffffffffu, ld_shared_s32(tile_ids + 4 * slot), 0);
         __syncwarp();
         if (lane == 0) mbarrier_arrive(sched_empty + 8 * slot);
         if (out_tile < 0) break;
@@ -304,22 +306,12 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // accumulators (rows group and group + 8 of its warp's 16).
         const int o_row = t.m0 + consumer * WG_ROWS;
         const int my_row[2] = {o_row + (warp % 4) * 16 + group, o_row + (warp % 4) * 16 + group + 8};
-        if (num_tiles == 0) {  // none of the tile's rows sees a key: their output is 0
-            bf16* O = static_cast<bf16*>(p.o) + t.batch * p.o_stride[0] + t.head * p.o_stride[1];
-            const int row = o_row + (threadIdx.x % 128) / 2, col = (threadIdx.x % 2) * 64;  // half a row per thread
-            if (row < p.len_q) {
-                #pragma unroll
-                for (int c = 0; c < 64; c += 8)
-                    *reinterpret_cast<uint4*>(O + row * p.o_stride[2] + col + c) = make_uint4(0, 0, 0, 0);
-            }
-            continue;
-        }
         // Keys row my_row[h] may see: columns < limit[h] (all rows past len_q see as many as the last).
         int limit[2];
         #pragma unroll
         for (int h = 0; h < 2; ++h) limit[h] = p.causal ? min(p.len_k, my_row[h] + offset + 1) : p.len_k;
         const int qb = local % Q_STAGES;
-        ++local;
+        if (num_tiles > 0) ++local;  // the producer loads no Q for a tile whose rows see no key
         const uint32_t q_tile = q_tiles + qb * Q_TILE_BYTES;
         const auto stage_of = [&](int tile) { return (kv_base + tile) % KV_STAGES; };
 
@@ -336,201 +328,207 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         float correction[2];    // O's rescale from the last softmax, applied once its PV has retired
         bool rescale_o = false;
 
-        mbarrier_wait(q_full + 8 * qb, (q_phase >> qb) & 1);  // this tile's Q has landed
-        q_phase ^= 1u << qb;
+        // A tile whose rows see no key skips all of this: its O stays 0 and so does its row sum, and
+        // the epilogue stores zeros. (Branching around the work on a uniform condition keeps the
+        // loop's descriptor arithmetic in uniform registers; a per-thread test on the rows here
+        // would not.)
+        if (num_tiles > 0) {
+            mbarrier_wait(q_full + 8 * qb, (q_phase >> qb) & 1);  // this tile's Q has landed
+            q_phase ^= 1u << qb;
 
-        const auto wait_full = [&](uint32_t full, uint32_t& phase, int tile) {
-            const int b = stage_of(tile);
-            mbarrier_wait(full + 8 * b, (phase >> b) & 1);
-            phase ^= 1u << b;
-        };
-        // Retires this warp's QK of `tile` (the caller has waited for its wgmma group): K's buffer is
-        // free, one arrival of the eight, lane 0 speaking for the warp.
-        const auto release_k = [&](int tile) {
-            if (lane == 0) mbarrier_arrive(k_empty + 8 * stage_of(tile));
-        };
+            const auto wait_full = [&](uint32_t full, uint32_t& phase, int tile) {
+                const int b = stage_of(tile);
+                mbarrier_wait(full + 8 * b, (phase >> b) & 1);
+                phase ^= 1u << b;
+            };
+            // Retires this warp's QK of `tile` (the caller has waited for its wgmma group): K's buffer is
+            // free, one arrival of the eight, lane 0 speaking for the warp.
+            const auto release_k = [&](int tile) {
+                if (lane == 0) mbarrier_arrive(k_empty + 8 * stage_of(tile));
+            };
 
-        // S = Q Kᵀ (64 x 128 per warpgroup): eight k-steps of 16 head-dim columns, one wgmma group. Q (A)
-        // and K (B = Kᵀ) are both K-major: a 16-column step is 32 bytes into each 128-byte swizzled row,
-        // in box kk / 4. Both consumers read the same K; consumer c's 64 rows of Q start 64 c rows
-        // (8 swizzle atoms, 8 KB) into each 128-row box of Q.
-        const auto issue_qk = [&](int tile) {
-            const uint32_t k_tile = k_tiles + stage_of(tile) * KV_TILE_BYTES;
-            #pragma unroll
-            for (int kk = 0; kk < K_STEPS; ++kk) {
-                const uint32_t offset = (kk * 16 / BOX_COLS) * (BLOCK_N * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2;
-                const uint64_t desc_q = make_smem_desc_sw128(q_tile + (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) +
-                                                             consumer * (WG_ROWS * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2,
-                                                             16, SWIZZLE_ATOM);
-                const uint64_t desc_k = make_smem_desc_sw128(k_tile + offset, 16, SWIZZLE_ATOM);
-                wgmma_m64n128k16_bf16_ss<0>(s, desc_q, desc_k, kk > 0);  // the first step overwrites S
-            }
-            wgmma_commit();
-        };
+            // S = Q Kᵀ (64 x 128 per warpgroup): eight k-steps of 16 head-dim columns, one wgmma group. Q (A)
+            // and K (B = Kᵀ) are both K-major: a 16-column step is 32 bytes into each 128-byte swizzled row,
+            // in box kk / 4. Both consumers read the same K; consumer c's 64 rows of Q start 64 c rows
+            // (8 swizzle atoms, 8 KB) into each 128-row box of Q.
+            const auto issue_qk = [&](int tile) {
+                const uint32_t k_tile = k_tiles + stage_of(tile) * KV_TILE_BYTES;
+                #pragma unroll
+                for (int kk = 0; kk < K_STEPS; ++kk) {
+                    const uint32_t offset = (kk * 16 / BOX_COLS) * (BLOCK_N * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2;
+                    const uint64_t desc_q = make_smem_desc_sw128(q_tile + (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) +
+                                                                 consumer * (WG_ROWS * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2,
+                                                                 16, SWIZZLE_ATOM);
+                    const uint64_t desc_k = make_smem_desc_sw128(k_tile + offset, 16, SWIZZLE_ATOM);
+                    wgmma_m64n128k16_bf16_ss<0>(s, desc_q, desc_k, kk > 0);  // the first step overwrites S
+                }
+                wgmma_commit();
+            };
 
-        // O += P V (64 x 128 per warpgroup, both reading the same V): eight k-steps of 16 keys, one wgmma
-        // group. P (A) comes from registers, four per thread and step. V (B) is MN-major — row k of B is
-        // row k of V, head-dim contiguous — so the transpose bit is set; a step is 16 V rows = two
-        // 1024-byte atoms apart by SBO, and the two 64-column boxes of V are LBO = one box apart.
-        const auto issue_pv = [&](int tile) {
-            const uint32_t v_tile = v_tiles + stage_of(tile) * KV_TILE_BYTES;
-            #pragma unroll
-            for (int j = 0; j < PV_STEPS; ++j) {
-                const uint64_t desc_v = make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);
-                wgmma_m64n128k16_bf16_rs<1>(o_acc, p_frag[4 * j], p_frag[4 * j + 1], p_frag[4 * j + 2], p_frag[4 * j + 3],
-                                            desc_v, 1);
-            }
-            wgmma_commit();
-        };
+            // O += P V (64 x 128 per warpgroup, both reading the same V): eight k-steps of 16 keys, one wgmma
+            // group. P (A) comes from registers, four per thread and step. V (B) is MN-major — row k of B is
+            // row k of V, head-dim contiguous — so the transpose bit is set; a step is 16 V rows = two
+            // 1024-byte atoms apart by SBO, and the two 64-column boxes of V are LBO = one box apart.
+            const auto issue_pv = [&](int tile) {
+                const uint32_t v_tile = v_tiles + stage_of(tile) * KV_TILE_BYTES;
+                #pragma unroll
+                for (int j = 0; j < PV_STEPS; ++j) {
+                    const uint64_t desc_v = make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);
+                    wgmma_m64n128k16_bf16_rs<1>(o_acc, p_frag[4 * j], p_frag[4 * j + 1], p_frag[4 * j + 2], p_frag[4 * j + 3],
+                                                desc_v, 1);
+                }
+                wgmma_commit();
+            };
 
-        // Online softmax on the accumulator layout, in place: s[4j + 2 half + c] is row group + 8 half,
-        // column 8j + 2 quad + c. The running max only moves (and O and the sums are only rescaled)
-        // when some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against
-        // the stale max, stays below 2^8 and the final division cancels the difference exactly. This
-        // runs while the previous tile's PV is in flight: it must not touch O (the rescale is recorded
-        // in `correction` and applied after the PV has retired) nor P's registers (it leaves the
-        // probabilities in S, in fp32). On the tiles from t.mask_from on, the scores a row must not
-        // see become -inf first: their exponentials are 0 and they move no maximum. `masked` is a
-        // compile-time constant (std::true_type or std::false_type): with a run-time test, ptxas
-        // if-converts the mask into 130 compares and selects that every tile then executes.
-        const auto softmax = [&](int tile, auto masked) {
-            if constexpr (decltype(masked)::value) {
+            // Online softmax on the accumulator layout, in place: s[4j + 2 half + c] is row group + 8 half,
+            // column 8j + 2 quad + c. The running max only moves (and O and the sums are only rescaled)
+            // when some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against
+            // the stale max, stays below 2^8 and the final division cancels the difference exactly. This
+            // runs while the previous tile's PV is in flight: it must not touch O (the rescale is recorded
+            // in `correction` and applied after the PV has retired) nor P's registers (it leaves the
+            // probabilities in S, in fp32). On the tiles from t.mask_from on, the scores a row must not
+            // see become -inf first: their exponentials are 0 and they move no maximum. `masked` is a
+            // compile-time constant (std::true_type or std::false_type): with a run-time test, ptxas
+            // if-converts the mask into 130 compares and selects that every tile then executes.
+            const auto softmax = [&](int tile, auto masked) {
+                if constexpr (decltype(masked)::value) {
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const int keep = limit[half] - tile * BLOCK_N - 2 * quad;  // columns 8j + c below it stay
+                        #pragma unroll
+                        for (int j = 0; j < BLOCK_N / 8; ++j) {
+                            if (8 * j >= keep) s[4 * j + 2 * half] = -INFINITY;
+                            if (8 * j + 1 >= keep) s[4 * j + 2 * half + 1] = -INFINITY;
+                        }
+                    }
+                }
+                float tile_max[2];
+                bool grew = false;
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
-                    const int keep = limit[half] - tile * BLOCK_N - 2 * quad;  // columns 8j + c below it stay
+                    float x = -INFINITY;
+                    #pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+                    tile_max[half] = quad_max(x);
+                    grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
+                }
+                rescale_o = __any_sync(0xffffffffu, grew);  // warp-uniform: every lane takes the same path
+                if (rescale_o) {
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const float new_max = fmaxf(row_max[half], tile_max[half]);
+                        // A row that has seen no key yet stays at -inf: nothing to correct (not 2^NaN).
+                        correction[half] = new_max == -INFINITY ? 1.f : exp2_approx((row_max[half] - new_max) * scale_log2);
+                        row_max[half] = new_max;
+                        row_sum[half] *= correction[half];
+                    }
+                }
+                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
+                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
                     #pragma unroll
                     for (int j = 0; j < BLOCK_N / 8; ++j) {
-                        if (8 * j >= keep) s[4 * j + 2 * half] = -INFINITY;
-                        if (8 * j + 1 >= keep) s[4 * j + 2 * half + 1] = -INFINITY;
+                        s[4 * j + 2 * half] = exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));
+                        s[4 * j + 2 * half + 1] = exp2_approx(fmaf(s[4 * j + 2 * half + 1], scale_log2, -max_scaled));
+                        row_sum[half] += s[4 * j + 2 * half] + s[4 * j + 2 * half + 1];
                     }
                 }
-            }
-            float tile_max[2];
-            bool grew = false;
-            #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                float x = -INFINITY;
-                #pragma unroll
-                for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-                tile_max[half] = quad_max(x);
-                grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
-            }
-            rescale_o = __any_sync(0xffffffffu, grew);  // warp-uniform: every lane takes the same path
-            if (rescale_o) {
-                #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const float new_max = fmaxf(row_max[half], tile_max[half]);
-                    // A row that has seen no key yet stays at -inf: nothing to correct (not 2^NaN).
-                    correction[half] = new_max == -INFINITY ? 1.f : exp2_approx((row_max[half] - new_max) * scale_log2);
-                    row_max[half] = new_max;
-                    row_sum[half] *= correction[half];
-                }
-            }
-            #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
-                const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
-                #pragma unroll
-                for (int j = 0; j < BLOCK_N / 8; ++j) {
-                    s[4 * j + 2 * half] = exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));
-                    s[4 * j + 2 * half + 1] = exp2_approx(fmaf(s[4 * j + 2 * half + 1], scale_log2, -max_scaled));
-                    row_sum[half] += s[4 * j + 2 * half] + s[4 * j + 2 * half + 1];
-                }
-            }
-            // Keeps the exponentials here (ex2 is a plain asm statement the compiler may sink to its
-            // use, the packing after the PV's wait_group).
-            wgmma_fence_operands(s);
-            wgmma_fence_operands(row_sum);
-        };
+                // Keeps the exponentials here (ex2 is a plain asm statement the compiler may sink to its
+                // use, the packing after the PV's wait_group).
+                wgmma_fence_operands(s);
+                wgmma_fence_operands(row_sum);
+            };
 
-        // After the previous PV has retired: rescale O if the softmax moved the max, and round this
-        // tile's probabilities into P, the A operand of its PV: p_frag[2j + half] = the pair
-        // s[4j + 2 half], s[4j + 2 half + 1] (row group + 8 half, columns 8j + 2 quad, +1), so k-step k
-        // of PV (keys 16k..16k+15) reads p_frag[4k..4k+3] = {row group, row group + 8} x {columns
-        // 2 quad, 8 + 2 quad}: wgmma's A fragment layout.
-        const auto rescale_and_pack = [&]() {
-            if (rescale_o) {
+            // After the previous PV has retired: rescale O if the softmax moved the max, and round this
+            // tile's probabilities into P, the A operand of its PV: p_frag[2j + half] = the pair
+            // s[4j + 2 half], s[4j + 2 half + 1] (row group + 8 half, columns 8j + 2 quad, +1), so k-step k
+            // of PV (keys 16k..16k+15) reads p_frag[4k..4k+3] = {row group, row group + 8} x {columns
+            // 2 quad, 8 + 2 quad}: wgmma's A fragment layout.
+            const auto rescale_and_pack = [&]() {
+                if (rescale_o) {
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        #pragma unroll
+                        for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                            o_acc[4 * j + 2 * half] *= correction[half];
+                            o_acc[4 * j + 2 * half + 1] *= correction[half];
+                        }
+                    }
+                }
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     #pragma unroll
-                    for (int j = 0; j < HEAD_DIM / 8; ++j) {
-                        o_acc[4 * j + 2 * half] *= correction[half];
-                        o_acc[4 * j + 2 * half + 1] *= correction[half];
-                    }
+                    for (int j = 0; j < BLOCK_N / 8; ++j)
+                        p_frag[2 * j + half] = pack_bf16x2(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]);
                 }
-            }
-            #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                #pragma unroll
-                for (int j = 0; j < BLOCK_N / 8; ++j)
-                    p_frag[2 * j + half] = pack_bf16x2(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]);
-            }
-            wgmma_fence_operands(p_frag);  // P is computed before the next turn's fence, not sunk past it
-        };
+                wgmma_fence_operands(p_frag);  // P is computed before the next turn's fence, not sunk past it
+            };
 
-        // Retires this warp's PV of `tile` (wait_group 0): O is final for it, and its reads of P's
-        // registers and of V are over, so lane 0 frees the buffer for the whole warp (one arrival of
-        // the eight; wait_group is warp-synchronous). tile < 0: no PV was in flight.
-        const auto retire_pv = [&](int tile) {
-            wgmma_wait<0>();
-            wgmma_fence_operands(o_acc);
-            wgmma_fence_operands(p_frag);  // P stays allocated up to here
-            if (tile >= 0 && lane == 0) mbarrier_arrive(v_empty + 8 * stage_of(tile));
-        };
+            // Retires this warp's PV of `tile` (wait_group 0): O is final for it, and its reads of P's
+            // registers and of V are over, so lane 0 frees the buffer for the whole warp (one arrival of
+            // the eight; wait_group is warp-synchronous). tile < 0: no PV was in flight.
+            const auto retire_pv = [&](int tile) {
+                wgmma_wait<0>();
+                wgmma_fence_operands(o_acc);
+                wgmma_fence_operands(p_frag);  // P stays allocated up to here
+                if (tile >= 0 && lane == 0) mbarrier_arrive(v_empty + 8 * stage_of(tile));
+            };
 
-        // Tile 0: its QK alone in the first turn, then its softmax (no PV to overlap yet).
-        wait_full(k_full, k_phase, 0);
-        named_barrier_sync<PINGPONG_THREADS>(my_turn);
-        wgmma_fence();  // S and O were last written by ordinary instructions
-        issue_qk(0);
-        named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
-        wgmma_wait<0>();
-        wgmma_fence_operands(s);
-        release_k(0);
-        if (t.mask_from == 0) softmax(0, std::true_type{});
-        else softmax(0, std::false_type{});
-
-        // Tile t: one turn issues QK of t (group 1) and then PV of t - 1 (group 2). wait_group 1 returns
-        // once all but the newest group have retired — QK of t — and the softmax of t runs while PV of
-        // t - 1 is still on the tensor cores. That PV is retired at the top of the next iteration, not
-        // right after the softmax: ptxas places a wait_group wherever it likes among the independent
-        // instructions of its basic block, and hoists it above the exponentials (which then wait for
-        // the PV and overlap nothing); the loop's back edge keeps it after them.
-        const auto iteration = [&](int tile, auto masked) {
-            retire_pv(tile - 2);
-            rescale_and_pack();  // P of t - 1, and O rescaled for it
-            wait_full(k_full, k_phase, tile);
-            wait_full(v_full, v_phase, tile - 1);
-            named_barrier_sync<PINGPONG_THREADS>(my_turn);  // the other consumer has issued its turn
-            wgmma_fence();  // O was rescaled, P written and S read by ordinary instructions
-            issue_qk(tile);
-            issue_pv(tile - 1);
+            // Tile 0: its QK alone in the first turn, then its softmax (no PV to overlap yet).
+            wait_full(k_full, k_phase, 0);
+            named_barrier_sync<PINGPONG_THREADS>(my_turn);
+            wgmma_fence();  // S and O were last written by ordinary instructions
+            issue_qk(0);
             named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
-            wgmma_wait<1>();  // QK of t has retired; PV of t - 1 may still run
+            wgmma_wait<0>();
             wgmma_fence_operands(s);
-            release_k(tile);
-            softmax(tile, masked);
-        };
-        // Two loops: the tiles every row sees whole, without a mask, then the tiles the diagonal
-        // (or the end of the keys) crosses, with one.
-        const int unmasked_end = max(1, min(t.mask_from, num_tiles));
-        for (int tile = 1; tile < unmasked_end; ++tile) iteration(tile, std::false_type{});
-        for (int tile = unmasked_end; tile < num_tiles; ++tile) iteration(tile, std::true_type{});
+            release_k(0);
+            if (t.mask_from == 0) softmax(0, std::true_type{});
+            else softmax(0, std::false_type{});
 
-        // The last PV alone in the last turn of the tile. The turns go on into the next output tile
-        // (whose first turn, QK of its tile 0, consumer 0 takes after this one of consumer 1's), except
-        // after consumer 1's last turn of its last tile, which it does not hand over.
-        retire_pv(num_tiles - 2);
-        rescale_and_pack();
-        wait_full(v_full, v_phase, num_tiles - 1);
-        named_barrier_sync<PINGPONG_THREADS>(my_turn);
-        wgmma_fence();  // O was rescaled and P written by ordinary instructions
-        issue_pv(num_tiles - 1);
-        named_barrier_arrive<PINGPONG_THREADS>(other_turn);
-        retire_pv(num_tiles - 1);
-        // Every wgmma of this tile has retired, the last QK (the last reader of Q) among them: lane 0
-        // frees the Q buffer for its warp. The producer refills it with the Q of the tile after next.
-        if (lane == 0) mbarrier_arrive(q_empty + 8 * qb);
+            // Tile t: one turn issues QK of t (group 1) and then PV of t - 1 (group 2). wait_group 1 returns
+            // once all but the newest group have retired — QK of t — and the softmax of t runs while PV of
+            // t - 1 is still on the tensor cores. That PV is retired at the top of the next iteration, not
+            // right after the softmax: ptxas places a wait_group wherever it likes among the independent
+            // instructions of its basic block, and hoists it above the exponentials (which then wait for
+            // the PV and overlap nothing); the loop's back edge keeps it after them.
+            const auto iteration = [&](int tile, auto masked) {
+                retire_pv(tile - 2);
+                rescale_and_pack();  // P of t - 1, and O rescaled for it
+                wait_full(k_full, k_phase, tile);
+                wait_full(v_full, v_phase, tile - 1);
+                named_barrier_sync<PINGPONG_THREADS>(my_turn);  // the other consumer has issued its turn
+                wgmma_fence();  // O was rescaled, P written and S read by ordinary instructions
+                issue_qk(tile);
+                issue_pv(tile - 1);
+                named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
+                wgmma_wait<1>();  // QK of t has retired; PV of t - 1 may still run
+                wgmma_fence_operands(s);
+                release_k(tile);
+                softmax(tile, masked);
+            };
+            // Two loops: the tiles every row sees whole, without a mask, then the tiles the diagonal
+            // (or the end of the keys) crosses, with one.
+            const int unmasked_end = max(1, min(t.mask_from, num_tiles));
+            for (int tile = 1; tile < unmasked_end; ++tile) iteration(tile, std::false_type{});
+            for (int tile = unmasked_end; tile < num_tiles; ++tile) iteration(tile, std::true_type{});
+
+            // The last PV alone in the last turn of the tile. The turns go on into the next output tile
+            // (whose first turn, QK of its tile 0, consumer 0 takes after this one of consumer 1's), except
+            // after consumer 1's last turn of its last tile, which it does not hand over.
+            retire_pv(num_tiles - 2);
+            rescale_and_pack();
+            wait_full(v_full, v_phase, num_tiles - 1);
+            named_barrier_sync<PINGPONG_THREADS>(my_turn);
+            wgmma_fence();  // O was rescaled and P written by ordinary instructions
+            issue_pv(num_tiles - 1);
+            named_barrier_arrive<PINGPONG_THREADS>(other_turn);
+            retire_pv(num_tiles - 1);
+            // Every wgmma of this tile has retired, the last QK (the last reader of Q) among them: lane 0
+            // frees the Q buffer for its warp. The producer refills it with the Q of the tile after next.
+            if (lane == 0) mbarrier_arrive(q_empty + 8 * qb);
+        }
 
         // Epilogue: finish the row sums across the quad, divide, round to bf16 into the staging buffer.
         // A row that saw no key has a sum of 0 and an output of 0 (not 0 / 0).
