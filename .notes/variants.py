@@ -14,6 +14,16 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s06": ("06_softmax-arith", {}, None),
     "s06_n32": ("06_softmax-arith", {"BLOCK_N": 32}, None),
     "s08": ("08_wgmma", {}, None),
+    # Stage 18's scheduler: head-group size for L2, dynamic claims against a static order (snaked or not).
+    "s16": ("16_tile-shape", {}, None),
+    "s17": ("17_causal", {}, None),
+    "s18": ("18_causal-scheduling", {}, None),
+    "s18_g8": ("18_causal-scheduling", {"HEAD_GROUP_BYTES": 8 << 20}, None),
+    "s18_g96": ("18_causal-scheduling", {"HEAD_GROUP_BYTES": 96 << 20}, None),
+    "s18_lpt": ("18_causal-scheduling", {"HEAD_GROUP_BYTES": 2000000000}, None),
+    "s18_static": (".notes/experiments/18_static.cu", {}, None),
+    "s18_snake": (".notes/experiments/18_static.cu", {"SNAKE": 1}, None),
+    "s18_snake_g8": (".notes/experiments/18_static.cu", {"SNAKE": 1, "HEAD_GROUP_BYTES": 8 << 20}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
@@ -23,7 +33,7 @@ def make(name, folder, consts, minb):
     path = Path(folder) if folder.endswith(".cu") else lineage.ATTENTION_DIR / folder / "kernel.cu"
     src = path.read_text().replace('"/work/main/kernels/attention/common/', '"../common/')
     for c, v in consts.items():
-        src, n = re.subn(rf"(constexpr int {c} = )\d+;", rf"\g<1>{v};", src)
+        src, n = re.subn(rf"(constexpr int {c} = )[^;]+;", rf"\g<1>{v};", src)
         assert n == 1, (name, c)
     if minb:
         src = src.replace("__launch_bounds__(NUM_THREADS)", f"__launch_bounds__(NUM_THREADS, {minb})")
@@ -45,27 +55,29 @@ def make(name, folder, consts, minb):
 with ThreadPoolExecutor(16) as ex:
     built = list(ex.map(lambda kv: make(kv[0], *kv[1]), VARIANTS.items()))
 
-B, H, L = 4, 16, 8192
-q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) * 2 for _ in range(3))
-ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
-flops = 4 * B * H * L * L * 128
+# Shapes "B,H,L,causal;..." (VARIANT_SHAPES), default the 8k non-causal one.
+SHAPES = [tuple(int(x) for x in sh.split(",")) for sh in os.environ.get("VARIANT_SHAPES", "4,16,8192,0").split(";")]
 native = api._native()
-for name, lib, info in built:
-    if lib is None:
-        print(f"{name:16s} BUILD FAILED {info}")
-        continue
-    consts = VARIANTS[name][1]
-    o = torch.full_like(q, float("nan"))
-    L_ = native.StageLibrary(str(lib))
-    st = (H * L * 128, L * 128, 128)
-    def run():
-        L_.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), st, st, st, st, B, H, L, L, 128,
-                  1 / math.sqrt(128), False, 132, torch.cuda.current_stream().cuda_stream)
-    try:
-        run(); torch.cuda.synchronize()
-    except Exception as e:
-        print(f"{name:16s} LAUNCH FAILED {e}", flush=True)
-        continue
-    err = ((o.float() - ref).norm() / ref.norm()).item()
-    ms = triton.testing.do_bench(run, warmup=100, rep=400, return_mode="median")
-    print(f"{name:16s} {info:22s} err {err:.1e}  {ms:7.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
+for B, H, L, causal in SHAPES:
+    print(f"shape {B},{H},{L} {'causal' if causal else 'non-causal'}", flush=True)
+    q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) * 2 for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
+    flops = 4 * B * H * L * L * 128 / (2 if causal else 1)
+    for name, lib, info in built:
+        if lib is None:
+            print(f"{name:16s} BUILD FAILED {info}")
+            continue
+        o = torch.full_like(q, float("nan"))
+        L_ = native.StageLibrary(str(lib))
+        st = (H * L * 128, L * 128, 128)
+        def run():
+            L_.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), st, st, st, st, B, H, L, L, 128,
+                      1 / math.sqrt(128), bool(causal), 132, torch.cuda.current_stream().cuda_stream)
+        try:
+            run(); torch.cuda.synchronize()
+        except Exception as e:
+            print(f"{name:16s} LAUNCH FAILED {e}", flush=True)
+            continue
+        err = ((o.float() - ref).norm() / ref.norm()).item()
+        ms = triton.testing.do_bench(run, warmup=100, rep=400, return_mode="median")
+        print(f"{name:16s} {info:22s} err {err:.1e}  {ms:7.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
