@@ -75,8 +75,14 @@ def driver_version() -> str | None:
 
 
 def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout; HOPATTN_GIT_COMMIT / HOPATTN_GIT_DIRTY stand in where there is no
-    .git (a working tree copied to a GPU machine); (None, None) when neither is known."""
+    """(commit, dirty) of the checkout; (None, None) when unknown.
+
+    HOPATTN_GIT_COMMIT / HOPATTN_GIT_DIRTY, when set, win over git: a working tree copied to a GPU
+    machine may carry no .git, or a stale one that names an older commit."""
+    commit = os.environ.get("HOPATTN_GIT_COMMIT", "").strip().lower()
+    if re.fullmatch(r"[0-9a-f]{40}", commit):
+        dirty_text = os.environ.get("HOPATTN_GIT_DIRTY", "").strip().lower()
+        return commit, {"1": True, "true": True, "0": False, "false": False}.get(dirty_text)
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
         if head.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", head.stdout.strip()):

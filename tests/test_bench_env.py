@@ -39,7 +39,10 @@ def test_git_state_outside_a_checkout_uses_the_environment(tmp_path, monkeypatch
     assert env.git_state(tmp_path) == (None, False)
 
 
-def test_git_state_in_a_checkout(tmp_path):
+def test_git_state_in_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.delenv("HOPATTN_GIT_COMMIT", raising=False)
+    monkeypatch.delenv("HOPATTN_GIT_DIRTY", raising=False)
+
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
                        capture_output=True)
@@ -55,3 +58,7 @@ def test_git_state_in_a_checkout(tmp_path):
     assert env.git_state(tmp_path)[1] is False  # the file a run writes does not make the tree dirty
     (tmp_path / "a.txt").write_text("2")
     assert env.git_state(tmp_path)[1] is True
+    # A copy on a GPU machine may carry a stale .git: the environment, when set, names the commit.
+    monkeypatch.setenv("HOPATTN_GIT_COMMIT", "cd" * 20)
+    monkeypatch.setenv("HOPATTN_GIT_DIRTY", "0")
+    assert env.git_state(tmp_path) == ("cd" * 20, False)
