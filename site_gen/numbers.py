@@ -108,6 +108,11 @@ def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
             ref = f" For reference, causal TFLOP/s ({' / '.join(shapes)}): {'; '.join(peers)}." if peers else ""
             out.append(f"**Causal**: no stage has a measured causal number yet.{ref}\n")
             continue
+        skipped = []
+        if causal:  # stages that only ever skipped causal (no causal path) become one sentence below
+            skipped = [s for s in rows if all((nums.stage(s.id, sh, True) or {}).get("status") in (None, "skipped")
+                                              for sh in shapes)]
+            rows = [s for s in rows if s not in skipped]
         head = ["Stage", "The one change"] if not causal else ["Stage"]
         out.append(f"**{'Causal' if causal else 'Non-causal'}** — TFLOP/s; below: ratio to {refs} "
                    "measured in the same run (> 1 is faster).\n")
@@ -128,7 +133,22 @@ def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
                 cells += [f"*{p['tflops']:.0f}*" if _ok(p) else "" for p in peers]
                 out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        if skipped:
+            ids = _id_ranges([s.id for s in skipped])
+            out.append(f"Stage {ids} has no causal path; the benchmark skips it.\n" if len(skipped) == 1 else
+                       f"Stages {ids} have no causal path; the benchmark skips them.\n")
     return "\n".join(out)
+
+
+def _id_ranges(ids: list[str]) -> str:
+    """'01–16' for consecutive stage ids, else comma-separated runs: '01–03, 07'."""
+    runs: list[list[str]] = []
+    for i in ids:
+        if runs and int(i) == int(runs[-1][-1]) + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
 
 
 def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:

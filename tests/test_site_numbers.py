@@ -63,3 +63,12 @@ def test_ratio_to_previous_stage_from_another_run_is_marked():
             e["run_id"] = "another-run"
     crossed = numbers.stage_table(stages[1], stages[0], hashes, nums)
     assert "hd-cross-run" in crossed and "timed in different runs" in crossed
+
+
+def test_causal_table_folds_stages_without_a_causal_path_into_one_sentence():
+    stages, nums, hashes = fixture_inputs()
+    md = numbers.overview_tables(stages, hashes, nums)
+    causal = md[md.index("**Causal**"):]
+    assert f"(stages/{stages[2].name}.md)" not in causal  # stage 03 only ever skipped causal
+    assert "Stage 03 has no causal path" in causal
+    assert numbers._id_ranges(["01", "02", "03", "07", "09", "10"]) == "01–03, 07, 09–10"
