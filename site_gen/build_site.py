@@ -71,7 +71,7 @@ def render_site(repo_root: Path, docs_dir: Path, cache: DiskCache) -> dict[Path,
         stages,
         numbers_md=numbers.overview_tables(stages, hashes, main) if main else "",
         chart=chart_md,
-        environment_md="\n".join(f"**{n.gpu_name}** (`bench/results/{n.gpu}.json`)\n\n" + numbers.environment(n)
+        environment_md="\n".join(f"**{n.gpu_name}** (`bench/results/{n.gpu}.json`)\n\n" + numbers.environment(n, hashes)
                                  for n in all_numbers),
         compiler_md=pages.overview_compiler(stages),
         gpu_name=main.gpu_name if main else None,

@@ -195,8 +195,12 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
     return "\n".join(out)
 
 
-def environment(nums: Numbers) -> str:
-    """The GPU and software of each run that produced the shown numbers, as a Markdown list."""
+def environment(nums: Numbers, hashes: dict[str, str] | None = None) -> str:
+    """The GPU and software of each run that produced the shown numbers, as a Markdown list.
+
+    With the stages' current source hashes, each run also says how many of the stages it timed were
+    timed on exactly today's sources: the commit a run records can be wrong (a GPU machine's copy
+    of the tree may carry a stale .git), the hashes of what was compiled cannot."""
     out = []
     for run_id in sorted({e["run_id"] for e in nums.data["results"]}):
         run = nums.data["runs"][run_id]
@@ -221,4 +225,11 @@ def environment(nums: Numbers) -> str:
                           (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"), ("cudnn", "cuDNN")) if env.get(key))
         out += [head, f"    - GPU: {env.get('gpu_name', nums.gpu)} ({', '.join(gpu)})",
                 f"    - Software: {soft}" if soft else ""]
+        if hashes:
+            timed = {e["name"]: e.get("source_hash") for e in nums.data["results"]
+                     if e["run_id"] == run_id and e.get("kind") == "stage" and e.get("source_hash")}
+            same = sum(1 for sid, h in timed.items() if hashes.get(sid) == h)
+            if timed:
+                out.append(f"    - Sources: {same} of the {len(timed)} stages it timed match today's sources "
+                           "(by the hash of kernel.cu and its headers)")
     return "\n".join(line for line in out if line) + "\n"

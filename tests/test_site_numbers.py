@@ -72,3 +72,13 @@ def test_causal_table_folds_stages_without_a_causal_path_into_one_sentence():
     assert f"(stages/{stages[2].name}.md)" not in causal  # stage 03 only ever skipped causal
     assert "Stage 03 has no causal path" in causal
     assert numbers._id_ranges(["01", "02", "03", "07", "09", "10"]) == "01–03, 07, 09–10"
+
+
+def test_environment_counts_stages_timed_on_todays_sources():
+    stages, nums, hashes = fixture_inputs()
+    assert "Sources:" not in numbers.environment(nums)
+    env = numbers.environment(nums, hashes)
+    timed = {e["name"]: e["source_hash"] for e in nums.data["results"] if e.get("kind") == "stage"}
+    same = sum(hashes.get(k) == h for k, h in timed.items())
+    assert same < len(timed)  # the fixture has a stale stage
+    assert f"{same} of the {len(timed)} stages it timed match today's sources" in env
