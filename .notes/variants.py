@@ -24,6 +24,7 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s18_static": (".notes/experiments/18_static.cu", {}, None),
     "s18_snake": (".notes/experiments/18_static.cu", {"SNAKE": 1}, None),
     "s18_snake_g8": (".notes/experiments/18_static.cu", {"SNAKE": 1, "HEAD_GROUP_BYTES": 8 << 20}, None),
+    "s18_hybrid": (".notes/experiments/18_hybrid.cu", {}, None),  # claimed when causal, stage 17's order when not
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
