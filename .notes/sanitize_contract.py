@@ -11,7 +11,7 @@ import hopattn
 SHAPES = [  # (batch, heads, len_q, len_k, causal, layout)
     (1, 3, 1000, 300, True, "bhsd"),   # rows that see no key, CTAs with nothing but zero rows
     (1, 2, 777, 1029, True, "bshd"),   # tails on both sides, the diagonal across two K/V tiles
-    (2, 40, 200, 1100, False, "bhsd"),  # 80 output tiles... and 9 K/V tiles each with a tail
+    (2, 40, 200, 1100, False, "bhsd"),  # 160 output tiles (CTAs run two), 9 K/V tiles each, the last one a tail
     (1, 70, 300, 700, True, "bshd"),    # 210 output tiles: CTAs run several
 ]
 for stage in [int(s) for s in sys.argv[1:]]:
