@@ -25,6 +25,15 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s18_snake": (".notes/experiments/18_static.cu", {"SNAKE": 1}, None),
     "s18_snake_g8": (".notes/experiments/18_static.cu", {"SNAKE": 1, "HEAD_GROUP_BYTES": 8 << 20}, None),
     "s18_hybrid": (".notes/experiments/18_hybrid.cu", {}, None),  # claimed when causal, stage 17's order when not
+    # Where stage 18's time goes: one part of the work taken away at a time (make_ablate.py), and wider K/V tiles.
+    "ab_none": (".notes/experiments/18_ablate.cu", {}, None),
+    "ab_softmax": (".notes/experiments/18_ablate.cu", {"ABLATE_SOFTMAX": 1}, None),
+    "ab_exp": (".notes/experiments/18_ablate.cu", {"ABLATE_EXP": 1}, None),
+    "ab_pingpong": (".notes/experiments/18_ablate.cu", {"ABLATE_PINGPONG": 1}, None),
+    "ab_kv_loads": (".notes/experiments/18_ablate.cu", {"ABLATE_KV_LOADS": 1}, None),
+    "ab_q1": (".notes/experiments/18_ablate.cu", {"Q_STAGES": 1}, None),
+    "ab_n144": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 144, "Q_STAGES": 1}, None),
+    "ab_n160": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 160, "Q_STAGES": 1}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
@@ -82,3 +91,16 @@ for B, H, L, causal in SHAPES:
         err = ((o.float() - ref).norm() / ref.norm()).item()
         ms = triton.testing.do_bench(run, warmup=100, rep=400, return_mode="median")
         print(f"{name:16s} {info:22s} err {err:.1e}  {ms:7.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
+    if os.environ.get("VARIANT_FA4"):  # the peer, same process and inputs (its layout is BSHD)
+        try:
+            from flash_attn.cute import flash_attn_func
+        except Exception as e:
+            print(f"{'fa4':16s} NOT IMPORTABLE {e}", flush=True)
+            continue
+        qs, ks, vs = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        run = lambda: flash_attn_func(qs, ks, vs, causal=bool(causal))
+        out = run()
+        out = out[0] if isinstance(out, tuple) else out
+        err = ((out.transpose(1, 2).float() - ref).norm() / ref.norm()).item()
+        ms = triton.testing.do_bench(run, warmup=100, rep=400, return_mode="median")
+        print(f"{'fa4':16s} {'':22s} err {err:.1e}  {ms:7.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)

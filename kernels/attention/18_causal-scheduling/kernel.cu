@@ -16,6 +16,9 @@
 //     within a group of heads whose K and V fit in a share of L2 (HEAD_GROUP_BYTES), group by group.
 // The counter lives in 4 bytes the launcher allocates, zeroes and frees on the stream
 // (cudaMallocAsync / cudaMemsetAsync / cudaFreeAsync), so concurrent launches never share one.
+// Without a mask every tile costs the same and there is nothing to balance, while a tile id read
+// from shared memory costs the uniform datapath (see the consumer loop). So the schedule is a
+// template parameter: a launch without the causal mask runs stage 17's computed order.
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -113,17 +116,25 @@ struct OutTile {
     int mask_from;  // the first K/V tile holding a score some row of it must not see
 };
 
+template <bool COMPUTED_ORDER>
 __device__ __forceinline__ OutTile describe_tile(int out_tile, int q_blocks, const AttnParams& p) {
     OutTile t;
-    const int head_group =
-        max(1, min(p.batch * p.heads, int(HEAD_GROUP_BYTES / (int64_t(p.len_k) * HEAD_DIM * 2 * 2))));
-    const int group_tiles = head_group * q_blocks;
-    const int first_bh = out_tile / group_tiles * head_group, r = out_tile % group_tiles;
-    const int heads_here = min(head_group, p.batch * p.heads - first_bh);  // the last group may be smaller
-    const int bh = first_bh + r % heads_here;
-    t.batch = bh / p.heads;
-    t.head = bh % p.heads;
-    t.m0 = (q_blocks - 1 - r / heads_here) * BLOCK_M;
+    if constexpr (COMPUTED_ORDER) {  // no mask, every tile costs the same: stage 17's order, head by head
+        const int bh = out_tile / q_blocks;
+        t.batch = bh / p.heads;
+        t.head = bh % p.heads;
+        t.m0 = (out_tile % q_blocks) * BLOCK_M;
+    } else {
+        const int head_group =
+            max(1, min(p.batch * p.heads, int(HEAD_GROUP_BYTES / (int64_t(p.len_k) * HEAD_DIM * 2 * 2))));
+        const int group_tiles = head_group * q_blocks;
+        const int first_bh = out_tile / group_tiles * head_group, r = out_tile % group_tiles;
+        const int heads_here = min(head_group, p.batch * p.heads - first_bh);  // the last group may be smaller
+        const int bh = first_bh + r % heads_here;
+        t.batch = bh / p.heads;
+        t.head = bh % p.heads;
+        t.m0 = (q_blocks - 1 - r / heads_here) * BLOCK_M;
+    }
     // Causal: row i sees keys j <= i + len_k - len_q. The block's last row sees the most keys and
     // its first row the fewest; keys past len_k do not exist.
     const int offset = p.len_k - p.len_q;
@@ -137,6 +148,9 @@ __device__ __forceinline__ OutTile describe_tile(int out_tile, int q_blocks, con
 // One CTA per SM: setmaxnreg needs the register count at entry to be known (the launch bounds fix
 // it at 168), and the consumers' 240 registers per thread leave no room for a second CTA. The grid
 // is the SM count (at most the number of output tiles): each CTA loops over output tiles.
+// COMPUTED_ORDER: CTA j takes tiles j, j + gridDim.x, ... in stage 17's order (no counter; launches
+// without a mask); otherwise tiles are claimed from the counter in the grouped longest-first order.
+template <bool COMPUTED_ORDER>
 __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_constant__ CUtensorMap q_map,
                                                                  const __grid_constant__ CUtensorMap k_map,
                                                                  const __grid_constant__ CUtensorMap v_map,
@@ -229,8 +243,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 mbarrier_arrive(sched_full + 8 * slot);
                 if (out_tile >= num_out_tiles) break;
                 // Claim the next tile now: the atomic's round trip hides behind this tile's loads.
-                const int next_tile = int(gridDim.x) + atomicAdd(tile_counter, 1);
-                const OutTile t = describe_tile(out_tile, q_blocks, p);
+                const int next_tile =
+                    COMPUTED_ORDER ? out_tile + int(gridDim.x) : int(gridDim.x) + atomicAdd(tile_counter, 1);
+                const OutTile t = describe_tile<COMPUTED_ORDER>(out_tile, q_blocks, p);
                 out_tile = next_tile;
                 if (t.kv_tiles == 0) continue;  // no row of it sees a key: the consumers write zeros
                 // Q of this tile: its buffer last held the Q of tile local - 2, released by all
@@ -300,10 +315,16 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // shuffle it is warp-uniform, and more of the tile's descriptor arithmetic stays in uniform
         // registers (the kernel's R2UR moves drop from 196 to 125; stage 17, whose tiles are
         // computed, has 71).
-        const int out_tile = __shfl_sync(0xffffffffu, ld_shared_s32(tile_ids + 4 * slot), 0);
+        int out_tile;
+        if constexpr (COMPUTED_ORDER) {  // computed, so uniform; the ring is still waited on, keeping its phases
+            out_tile = int(blockIdx.x) + n * int(gridDim.x);
+            if (out_tile >= num_out_tiles) out_tile = -1;
+        } else {
+            out_tile = __shfl_sync(0xffffffffu, ld_shared_s32(tile_ids + 4 * slot), 0);
+        }
         mbarrier_arrive(sched_empty + 8 * slot);
         if (out_tile < 0) break;
-        const OutTile t = describe_tile(out_tile, q_blocks, p);
+        const OutTile t = describe_tile<COMPUTED_ORDER>(out_tile, q_blocks, p);
         const int num_tiles = t.kv_tiles;
         // This consumer's 64 rows: the first of them, and the two this thread holds in the
         // accumulators (rows group and group + 8 of its warp's 16).
@@ -600,8 +621,9 @@ HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char
         make_tma_4d_bf16(&o_map, p->o, p->batch, p->heads, p->len_q, HEAD_DIM, p->o_stride, WG_ROWS, BOX_COLS, "out",
                          err, errlen))
         return 1;
-    HOPATTN_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES),
-                  err, errlen);
+    // Causal tiles differ in cost: claimed longest first. Without a mask: stage 17's computed order.
+    const auto kernel = p->causal ? attention_kernel<false> : attention_kernel<true>;
+    HOPATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), err, errlen);
     // Persistent grid: one CTA per SM (the kernel fits no second one), never more CTAs than tiles.
     const int64_t num_out_tiles = int64_t(p->batch) * p->heads * ((p->len_q + BLOCK_M - 1) / BLOCK_M);
     if (num_out_tiles >= (int64_t(1) << 31)) {
@@ -615,17 +637,20 @@ HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char
         HOPATTN_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device), err, errlen);
     }
     const dim3 grid(num_out_tiles < num_sms ? int(num_out_tiles) : num_sms);
-    // The scheduler's counter: 4 bytes of this launch's own, zeroed and freed in stream order.
+    // The scheduler's counter (causal only): 4 bytes of this launch's own, zeroed and freed in
+    // stream order.
     int* tile_counter = nullptr;
-    HOPATTN_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tile_counter), sizeof(int), stream), err, errlen);
-    HOPATTN_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream), err, errlen);
-    attention_kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(q_map, k_map, v_map, o_map, *p, tile_counter);
+    if (p->causal) {
+        HOPATTN_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tile_counter), sizeof(int), stream), err, errlen);
+        HOPATTN_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream), err, errlen);
+    }
+    kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(q_map, k_map, v_map, o_map, *p, tile_counter);
     const cudaError_t launched = cudaGetLastError();
-    HOPATTN_CHECK(cudaFreeAsync(tile_counter, stream), err, errlen);
+    if (tile_counter) HOPATTN_CHECK(cudaFreeAsync(tile_counter, stream), err, errlen);
     HOPATTN_CHECK(launched, err, errlen);
     return 0;
 }
 
 HOPATTN_EXPORT int hopattn_describe(KernelInfo* info, char* err, int errlen) {
-    return describe_kernel(attention_kernel, NUM_THREADS, SMEM_BYTES, BLOCK_M, BLOCK_N, info, err, errlen);
+    return describe_kernel(attention_kernel<false>, NUM_THREADS, SMEM_BYTES, BLOCK_M, BLOCK_N, info, err, errlen);
 }
