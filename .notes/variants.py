@@ -31,9 +31,15 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "ab_exp": (".notes/experiments/18_ablate.cu", {"ABLATE_EXP": 1}, None),
     "ab_pingpong": (".notes/experiments/18_ablate.cu", {"ABLATE_PINGPONG": 1}, None),
     "ab_kv_loads": (".notes/experiments/18_ablate.cu", {"ABLATE_KV_LOADS": 1}, None),
+    "ab_uni": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1}, None),
+    "ab_tree": (".notes/experiments/18_ablate.cu", {"MAX_TREE": 1}, None),
+    "ab_unitree": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "MAX_TREE": 1}, None),
+    # One Q buffer (needed for shared memory at 144 or 160 keys); the first version of these hung:
+    # the last V of a tile was issued only after the Q wait that its PV releases.
     "ab_q1": (".notes/experiments/18_ablate.cu", {"Q_STAGES": 1}, None),
     "ab_n144": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 144, "Q_STAGES": 1}, None),
     "ab_n160": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 160, "Q_STAGES": 1}, None),
+    "ab_uni_n160": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "BLOCK_N": 160, "Q_STAGES": 1}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}

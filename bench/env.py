@@ -78,9 +78,14 @@ def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout; (None, None) when unknown.
 
     HOPATTN_GIT_COMMIT / HOPATTN_GIT_DIRTY, when set, win over git: a working tree copied to a GPU
-    machine may carry no .git, or a stale one that names an older commit."""
+    machine may carry no .git, or a stale one that names an older commit. A value that is not a
+    full 40-digit hash raises ValueError: an abbreviated one would otherwise be ignored in silence
+    and the stale .git recorded instead."""
     commit = os.environ.get("HOPATTN_GIT_COMMIT", "").strip().lower()
-    if re.fullmatch(r"[0-9a-f]{40}", commit):
+    if commit and not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise ValueError(f"HOPATTN_GIT_COMMIT={commit!r} is not a full 40-digit commit hash "
+                         "(git rev-parse HEAD gives one)")
+    if commit:
         dirty_text = os.environ.get("HOPATTN_GIT_DIRTY", "").strip().lower()
         return commit, {"1": True, "true": True, "0": False, "false": False}.get(dirty_text)
     try:
@@ -93,11 +98,7 @@ def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
             return head.stdout.strip(), dirty
     except (OSError, subprocess.TimeoutExpired):
         pass
-    commit = os.environ.get("HOPATTN_GIT_COMMIT", "").strip().lower()
-    commit = commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
-    dirty_text = os.environ.get("HOPATTN_GIT_DIRTY", "").strip().lower()
-    dirty = {"1": True, "true": True, "0": False, "false": False}.get(dirty_text)
-    return commit, dirty
+    return None, None
 
 
 def collect(torch, clocks_before: dict, clocks_after: dict) -> dict:

@@ -299,7 +299,12 @@ def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._e
     capability = tuple(torch.cuda.get_device_capability(dev))
     log(f"{gpu_name} (compute capability {capability[0]}.{capability[1]}), torch {torch.__version__}, "
         f"CUDA {torch.version.cuda}; input seed {seed}; clocks {clocks_before}")
-    commit, dirty = env.git_state()
+    try:
+        commit, dirty = env.git_state()
+    except ValueError as err:
+        log(f"{err} (nothing written)")
+        return 2
+    log(f"source: commit {commit or 'unknown'}" + {True: " with uncommitted changes", False: ""}.get(dirty, ""))
     # read now: the hang handler runs while the main thread is stuck inside CUDA
     environment = env.collect(torch, clocks_before, clocks_before)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from bench import env
 
 
@@ -34,9 +36,10 @@ def test_git_state_outside_a_checkout_uses_the_environment(tmp_path, monkeypatch
     monkeypatch.setenv("HOPATTN_GIT_COMMIT", "AB" * 20)
     monkeypatch.setenv("HOPATTN_GIT_DIRTY", "1")
     assert env.git_state(tmp_path) == ("ab" * 20, True)
-    monkeypatch.setenv("HOPATTN_GIT_COMMIT", "not-a-commit")
-    monkeypatch.setenv("HOPATTN_GIT_DIRTY", "0")
-    assert env.git_state(tmp_path) == (None, False)
+    for bad in ("not-a-commit", "87c9906"):  # an abbreviated hash is refused too, not silently dropped
+        monkeypatch.setenv("HOPATTN_GIT_COMMIT", bad)
+        with pytest.raises(ValueError, match="HOPATTN_GIT_COMMIT"):
+            env.git_state(tmp_path)
 
 
 def test_git_state_in_a_checkout(tmp_path, monkeypatch):

@@ -39,6 +39,8 @@ constexpr int ABLATE_SOFTMAX = 0;
 constexpr int ABLATE_EXP = 0;
 constexpr int ABLATE_PINGPONG = 0;
 constexpr int ABLATE_KV_LOADS = 0;
+constexpr int UNIFORM_CONSUMER = 0;
+constexpr int MAX_TREE = 0;
 constexpr int HEAD_DIM = 128;
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup: the M of one wgmma
 constexpr int CONSUMERS = 2;  // consumer warpgroups per CTA, sharing every K/V tile
@@ -268,7 +270,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 load_tile<BLOCK_N>(tiles + b * KV_TILE_BYTES, map, row, head, batch, full + 8 * b);
             };
             int it = 0;
-            int v_row = 0, v_head = 0, v_batch = 0;  // the V tile not issued yet, one behind K: issued after K(it + 1)
+            int v_row = 0, v_head = 0, v_batch = 0;
+            bool v_pending = false;  // V(it - 1) not issued yet  // the V tile not issued yet, one behind K: issued after K(it + 1)
             int local = 0;  // output tiles with work this CTA has started: Q buffer local % Q_STAGES
             for (int n = 0, out_tile = blockIdx.x;; ++n) {
                 // Publish the tile (or -1: none left) in slot n % 2, once the consumers have read
@@ -288,6 +291,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // Q of this tile: its buffer last held the Q of tile local - 2, released by all
                 // eight consumer warps once that tile's last wgmma had retired.
                 const int qb = local % Q_STAGES;
+                if (Q_STAGES == 1 && it > 0 && v_pending) {
+                    load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                    v_pending = false;
+                }
                 if (local >= Q_STAGES) {
                     mbarrier_wait(q_empty + 8 * qb, (q_empty_phase >> qb) & 1);
                     q_empty_phase ^= 1u << qb;
@@ -300,11 +307,12 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // wait holds up a load whose buffer is already free.
                 for (int tile = 0; tile < t.kv_tiles; ++tile, ++it) {
                     load_kv(&k_map, k_tiles, k_full, k_empty, k_empty_phase, it, tile * BLOCK_N, t.head, t.batch);
-                    if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                    if (it > 0 && v_pending) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
                     v_row = tile * BLOCK_N, v_head = t.head, v_batch = t.batch;
+                    v_pending = true;
                 }
             }
-            if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+            if (it > 0 && v_pending) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
         }
         return;  // the producer's branch ends here: no code below runs in both roles
     }
@@ -312,7 +320,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     // Consumer warpgroup wg - 1 (the rest of the kernel): stage 13's loop on its 64 query rows, once
     // per output tile.
     setmaxnreg_inc<CONSUMER_REGS>();
-    const int consumer = wg - 1;  // rows 64 consumer .. 64 consumer + 63 of the CTA's 128
+    const int consumer = UNIFORM_CONSUMER ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1;  // rows 64 consumer .. 64 consumer + 63 of the CTA's 128
     // exp(scale * (s - m)) = 2^(s * scale_log2 - m * scale_log2): one FFMA feeds each EX2.
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
@@ -469,8 +477,15 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     float x = -INFINITY;
+                    if constexpr (MAX_TREE && BLOCK_N % 32 == 0) {
+                        float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+                        #pragma unroll
+                        for (int j = 0; j < BLOCK_N / 8; ++j) m[j % 4] = fmaxf(m[j % 4], fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+                        x = fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
+                    } else {
                     #pragma unroll
                     for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+                    }
                     tile_max[half] = quad_max(x);
                     grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
                 }
@@ -489,12 +504,15 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 for (int half = 0; half < 2; ++half) {
                     // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
                     const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
+                    float part[4] = {0.f, 0.f, 0.f, 0.f};
                     #pragma unroll
                     for (int j = 0; j < BLOCK_N / 8; ++j) {
                         s[4 * j + 2 * half] = ABLATE_EXP ? fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled) : exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));
                         s[4 * j + 2 * half + 1] = ABLATE_EXP ? fmaf(s[4 * j + 2 * half + 1], scale_log2, -max_scaled) : exp2_approx(fmaf(s[4 * j + 2 * half + 1], scale_log2, -max_scaled));
-                        row_sum[half] += s[4 * j + 2 * half] + s[4 * j + 2 * half + 1];
+                        if constexpr (MAX_TREE) part[j % 4] += s[4 * j + 2 * half] + s[4 * j + 2 * half + 1];
+                        else row_sum[half] += s[4 * j + 2 * half] + s[4 * j + 2 * half + 1];
                     }
+                    if constexpr (MAX_TREE) row_sum[half] += (part[0] + part[1]) + (part[2] + part[3]);
                 }
                 // Keeps the exponentials here (ex2 is a plain asm statement the compiler may sink to its
                 // use, the packing after the PV's wait_group).

@@ -1,5 +1,6 @@
 #!/bin/bash
 # Device call B, right after call A (the machine keeps /opt/fa4): FA4's second half, then the
+# Usage: bash .notes/gpu/session8.sh <full 40-digit commit of the tree>
 # harness for stages 16-18 with both peers (7 rounds), and ncu of stage 18 next to FA4 at 8k.
 test -f /opt/fa4/cu13.tar.xz.00 || exit 3
 cat /opt/fa4/cu13.tar.xz.00 .fa4b/cu13.tar.xz.01 | python3 -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('/opt/fa4')" && python3 -c "import zipfile,glob; [zipfile.ZipFile(w).extractall('/opt/fa4') for w in glob.glob('.fa4b/*.whl')]"
