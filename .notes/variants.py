@@ -40,6 +40,10 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "ab_n144": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 144, "Q_STAGES": 1}, None),
     "ab_n160": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 160, "Q_STAGES": 1}, None),
     "ab_uni_n160": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "BLOCK_N": 160, "Q_STAGES": 1}, None),
+    # Is it the loads' latency or their bandwidth? Loads that nobody waits for; a deeper V ring.
+    "ab_kv_wait": (".notes/experiments/18_ablate.cu", {"ABLATE_KV_WAIT": 1}, None),
+    "ab_v3": (".notes/experiments/18_ablate.cu", {"V_STAGES": 3, "Q_STAGES": 1}, None),
+    "ab_uni_v3": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "V_STAGES": 3, "Q_STAGES": 1}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}

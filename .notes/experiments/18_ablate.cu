@@ -40,6 +40,7 @@ constexpr int ABLATE_EXP = 0;
 constexpr int ABLATE_PINGPONG = 0;
 constexpr int ABLATE_KV_LOADS = 0;
 constexpr int UNIFORM_CONSUMER = 0;
+constexpr int ABLATE_KV_WAIT = 0;
 constexpr int MAX_TREE = 0;
 constexpr int HEAD_DIM = 128;
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup: the M of one wgmma
@@ -49,6 +50,7 @@ constexpr int BLOCK_N = 128;  // key/value rows per iteration
 constexpr int NUM_THREADS = (1 + CONSUMERS) * 128;  // warpgroup 0 produces, warpgroups 1 and 2 consume
 constexpr int CONSUMER_WARPS = CONSUMERS * 4;  // arrivals on an empty barrier: one per consumer warp
 constexpr int KV_STAGES = 2;  // per ring: K and V have a ring of two buffers each, with their own barriers
+constexpr int V_STAGES = 2;  // the V ring's depth (K's: KV_STAGES)
 constexpr int SCHED_STAGES = 2;  // tile-id ring from the producer to the consumers: the next tile is known a tile ahead
 constexpr int HEAD_GROUP_BYTES = 24 << 20;  // K + V of the heads in flight together: about half of the 50 MB L2
 constexpr int Q_STAGES = 2;   // Q ring: the Q of output tile i + 1 lands while the consumers still read tile i's
@@ -58,9 +60,9 @@ constexpr int BOX_COLS = 64;  // a 128-byte swizzled box row holds 64 bf16: a ti
 constexpr int Q_TILE_BYTES = BLOCK_M * HEAD_DIM * 2;
 constexpr int KV_TILE_BYTES = BLOCK_N * HEAD_DIM * 2;
 constexpr int O_TILE_BYTES = BLOCK_M * HEAD_DIM * 2;  // bf16 staging of O for the TMA store: 16 KB per consumer
-constexpr int NUM_BARRIERS = 2 * Q_STAGES + 4 * KV_STAGES + 2 * SCHED_STAGES;  // a "full" and an "empty" barrier per Q, K, V buffer and tile slot
+constexpr int NUM_BARRIERS = 2 * Q_STAGES + 2 * KV_STAGES + 2 * V_STAGES + 2 * SCHED_STAGES;  // a "full" and an "empty" barrier per Q, K, V buffer and tile slot
 constexpr int SMEM_BYTES =
-    Q_STAGES * Q_TILE_BYTES + KV_STAGES * 2 * KV_TILE_BYTES + O_TILE_BYTES + NUM_BARRIERS * 8 + SCHED_STAGES * 4;
+    Q_STAGES * Q_TILE_BYTES + (KV_STAGES + V_STAGES) * KV_TILE_BYTES + O_TILE_BYTES + NUM_BARRIERS * 8 + SCHED_STAGES * 4;
 
 constexpr int K_STEPS = HEAD_DIM / 16;  // k-steps of the QKᵀ product
 constexpr int S_REGS = BLOCK_N / 2;     // fp32 accumulators per thread of S (64 x BLOCK_N per warpgroup)
@@ -212,14 +214,14 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     const uint32_t q_tiles = smem_addr(smem);                     // + qb * Q_TILE_BYTES: 128 rows, two 128 x 64 boxes
     const uint32_t k_tiles = q_tiles + Q_STAGES * Q_TILE_BYTES;    // + stage * KV_TILE_BYTES
     const uint32_t v_tiles = k_tiles + KV_STAGES * KV_TILE_BYTES;  // + stage * KV_TILE_BYTES
-    const uint32_t o_tile = v_tiles + KV_STAGES * KV_TILE_BYTES;  // + consumer * O_TILE_BYTES / 2: two 64 x 64 boxes
+    const uint32_t o_tile = v_tiles + V_STAGES * KV_TILE_BYTES;  // + consumer * O_TILE_BYTES / 2: two 64 x 64 boxes
     const uint32_t q_full = o_tile + O_TILE_BYTES;  // q_full + 8 * qb: Q of buffer qb has landed
     const uint32_t q_empty = q_full + 8 * Q_STAGES;     // q_empty + 8 * qb: every consumer warp is done with qb
     const uint32_t k_full = q_empty + 8 * Q_STAGES;    // k_full + 8 * b: K of buffer b has landed
     const uint32_t k_empty = k_full + 8 * KV_STAGES;   // k_empty + 8 * b: every consumer warp's QK on b has retired
     const uint32_t v_full = k_empty + 8 * KV_STAGES;   // v_full + 8 * b: V of buffer b has landed
-    const uint32_t v_empty = v_full + 8 * KV_STAGES;   // v_empty + 8 * b: every consumer warp's PV on b has retired
-    const uint32_t sched_full = v_empty + 8 * KV_STAGES;      // sched_full + 8 * i: slot i holds the next tile id
+    const uint32_t v_empty = v_full + 8 * V_STAGES;   // v_empty + 8 * b: every consumer warp's PV on b has retired
+    const uint32_t sched_full = v_empty + 8 * V_STAGES;      // sched_full + 8 * i: slot i holds the next tile id
     const uint32_t sched_empty = sched_full + 8 * SCHED_STAGES;  // sched_empty + 8 * i: every consumer thread has read slot i
     const uint32_t tile_ids = sched_empty + 8 * SCHED_STAGES;    // + 4 * i: slot i (an output tile, or -1: no more)
 
@@ -234,6 +236,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         for (int b = 0; b < KV_STAGES; ++b) {
             mbarrier_init(k_full + 8 * b, 1);                // the producer's arrive.expect_tx (+ the bytes)
             mbarrier_init(k_empty + 8 * b, CONSUMER_WARPS);  // one arrival per consumer warp
+        }
+        #pragma unroll
+        for (int b = 0; b < V_STAGES; ++b) {
             mbarrier_init(v_full + 8 * b, 1);
             mbarrier_init(v_empty + 8 * b, CONSUMER_WARPS);
         }
@@ -260,12 +265,13 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // One tile of K or V into its ring: buffer n % 2 for the CTA's n-th tile of that ring.
             const auto load_kv = [&](const CUtensorMap* map, uint32_t tiles, uint32_t full, uint32_t empty,
                                      uint32_t& empty_phase, int n, int row, int head, int batch) {
-                const int b = n % KV_STAGES;
-                if (n >= KV_STAGES) {
+                const int depth = tiles == v_tiles ? V_STAGES : KV_STAGES;
+                const int b = n % depth;
+                if (n >= depth) {
                     mbarrier_wait(empty + 8 * b, (empty_phase >> b) & 1);
                     empty_phase ^= 1u << b;
                 }
-                if (ABLATE_KV_LOADS && n >= KV_STAGES) { mbarrier_arrive(full + 8 * b); return; }
+                if (ABLATE_KV_LOADS && n >= depth) { mbarrier_arrive(full + 8 * b); return; }
                 mbarrier_arrive_expect_tx(full + 8 * b, KV_TILE_BYTES);
                 load_tile<BLOCK_N>(tiles + b * KV_TILE_BYTES, map, row, head, batch, full + 8 * b);
             };
@@ -383,6 +389,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         if (num_tiles > 0) ++local;  // the producer loads no Q for a tile whose rows see no key
         const uint32_t q_tile = q_tiles + qb * Q_TILE_BYTES;
         const auto stage_of = [&](int tile) { return (kv_base + tile) % KV_STAGES; };
+        const auto v_stage_of = [&](int tile) { return (kv_base + tile) % V_STAGES; };
 
         // Per thread: 64 fp32 registers of O and 64 of S (its warpgroup's 64 x 128 and 64 x 128 tiles
         // spread over 128 threads), then 32 bf16x2 registers of P; Q, K and V never pass through registers.
@@ -406,8 +413,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             q_phase ^= 1u << qb;
 
             const auto wait_full = [&](uint32_t full, uint32_t& phase, int tile) {
-                const int b = stage_of(tile);
-                mbarrier_wait(full + 8 * b, (phase >> b) & 1);
+                const int b = full == v_full ? v_stage_of(tile) : stage_of(tile);
+                if (!ABLATE_KV_WAIT) mbarrier_wait(full + 8 * b, (phase >> b) & 1);
                 phase ^= 1u << b;
             };
             // Retires this warp's QK of `tile` (the caller has waited for its wgmma group): K's buffer is
@@ -439,7 +446,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // row k of V, head-dim contiguous — so the transpose bit is set; a step is 16 V rows = two
             // 1024-byte atoms apart by SBO, and the two 64-column boxes of V are LBO = one box apart.
             const auto issue_pv = [&](int tile) {
-                const uint32_t v_tile = v_tiles + stage_of(tile) * KV_TILE_BYTES;
+                const uint32_t v_tile = v_tiles + v_stage_of(tile) * KV_TILE_BYTES;
                 #pragma unroll
                 for (int j = 0; j < PV_STEPS; ++j) {
                     const uint64_t desc_v = make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);
@@ -552,7 +559,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 wgmma_wait<0>();
                 wgmma_fence_operands(o_acc);
                 wgmma_fence_operands(p_frag);  // P stays allocated up to here
-                if (tile >= 0 && lane == 0) mbarrier_arrive(v_empty + 8 * stage_of(tile));
+                if (tile >= 0 && lane == 0) mbarrier_arrive(v_empty + 8 * v_stage_of(tile));
             };
 
             // Tile 0: its QK alone in the first turn, then its softmax (no PV to overlap yet).

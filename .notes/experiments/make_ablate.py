@@ -112,4 +112,36 @@ sub("""            if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty
         }""")
 sub("""            int v_row = 0, v_head = 0, v_batch = 0;""", """            int v_row = 0, v_head = 0, v_batch = 0;
             bool v_pending = false;  // V(it - 1) not issued yet""")
+# V_STAGES: the V ring's own depth (3 fits in shared memory with one Q buffer: V gets a tile more
+# of lead). ABLATE_KV_WAIT: the consumers never wait for a K/V tile to land (loads still run).
+sub("constexpr int UNIFORM_CONSUMER = 0;", "constexpr int UNIFORM_CONSUMER = 0;\nconstexpr int ABLATE_KV_WAIT = 0;")
+sub("constexpr int SCHED_STAGES = 2;", "constexpr int V_STAGES = 2;  // the V ring's depth (K's: KV_STAGES)\nconstexpr int SCHED_STAGES = 2;")
+sub("constexpr int NUM_BARRIERS = 2 * Q_STAGES + 4 * KV_STAGES + 2 * SCHED_STAGES;",
+    "constexpr int NUM_BARRIERS = 2 * Q_STAGES + 2 * KV_STAGES + 2 * V_STAGES + 2 * SCHED_STAGES;")
+sub("Q_STAGES * Q_TILE_BYTES + KV_STAGES * 2 * KV_TILE_BYTES + O_TILE_BYTES",
+    "Q_STAGES * Q_TILE_BYTES + (KV_STAGES + V_STAGES) * KV_TILE_BYTES + O_TILE_BYTES")
+sub("const uint32_t o_tile = v_tiles + KV_STAGES * KV_TILE_BYTES;", "const uint32_t o_tile = v_tiles + V_STAGES * KV_TILE_BYTES;")
+sub("const uint32_t v_empty = v_full + 8 * KV_STAGES;", "const uint32_t v_empty = v_full + 8 * V_STAGES;")
+sub("const uint32_t sched_full = v_empty + 8 * KV_STAGES;", "const uint32_t sched_full = v_empty + 8 * V_STAGES;")
+sub("""            mbarrier_init(v_full + 8 * b, 1);
+            mbarrier_init(v_empty + 8 * b, CONSUMER_WARPS);
+        }""", """        }
+        #pragma unroll
+        for (int b = 0; b < V_STAGES; ++b) {
+            mbarrier_init(v_full + 8 * b, 1);
+            mbarrier_init(v_empty + 8 * b, CONSUMER_WARPS);
+        }""")
+sub("""                const int b = n % KV_STAGES;
+                if (n >= KV_STAGES) {""", """                const int depth = tiles == v_tiles ? V_STAGES : KV_STAGES;
+                const int b = n % depth;
+                if (n >= depth) {""")
+sub("if (ABLATE_KV_LOADS && n >= KV_STAGES)", "if (ABLATE_KV_LOADS && n >= depth)")
+sub("""        const auto stage_of = [&](int tile) { return (kv_base + tile) % KV_STAGES; };""",
+    """        const auto stage_of = [&](int tile) { return (kv_base + tile) % KV_STAGES; };
+        const auto v_stage_of = [&](int tile) { return (kv_base + tile) % V_STAGES; };""")
+sub("""                const int b = stage_of(tile);
+                mbarrier_wait(full + 8 * b, (phase >> b) & 1);""", """                const int b = full == v_full ? v_stage_of(tile) : stage_of(tile);
+                if (!ABLATE_KV_WAIT) mbarrier_wait(full + 8 * b, (phase >> b) & 1);""")
+sub("const uint32_t v_tile = v_tiles + stage_of(tile) * KV_TILE_BYTES;", "const uint32_t v_tile = v_tiles + v_stage_of(tile) * KV_TILE_BYTES;")
+sub("mbarrier_arrive(v_empty + 8 * stage_of(tile));", "mbarrier_arrive(v_empty + 8 * v_stage_of(tile));")
 (ROOT / ".notes/experiments/18_ablate.cu").write_text(src)
