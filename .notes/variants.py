@@ -44,6 +44,9 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "ab_kv_wait": (".notes/experiments/18_ablate.cu", {"ABLATE_KV_WAIT": 1}, None),
     "ab_v3": (".notes/experiments/18_ablate.cu", {"V_STAGES": 3, "Q_STAGES": 1}, None),
     "ab_uni_v3": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "V_STAGES": 3, "Q_STAGES": 1}, None),
+    # ncu: stage 18 moves twice FA4's bytes through L2 (lts__t_bytes) — the tensor maps' 256-byte promotion?
+    "ab_l2_128": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 128}, None),
+    "ab_l2_none": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 0}, None),
 }
 if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}

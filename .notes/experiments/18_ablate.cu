@@ -28,7 +28,9 @@
 #include "../common/mbarrier.cuh"
 #include "../common/named_barrier.cuh"
 #include "../common/mma_sm80.cuh"  // quad_max, quad_sum: the accumulator rows are spread over quads as before
-#include "../common/tma_4d.cuh"
+constexpr int L2_PROMO = 256;
+#define HOPATTN_L2_PROMOTION (L2_PROMO == 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : L2_PROMO == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_NONE)
+#include "../common/../../../.notes/experiments/tma_4d_l2.cuh"
 #include "../common/tma_store.cuh"
 #include "../common/wgmma.cuh"
 #include "../common/wgmma_rs.cuh"
