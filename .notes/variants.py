@@ -47,6 +47,7 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     # ncu: stage 18 moves twice FA4's bytes through L2 (lts__t_bytes) — the tensor maps' 256-byte promotion?
     "ab_l2_128": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 128}, None),
     "ab_l2_none": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 0}, None),
+    "ab_no_ring": (".notes/experiments/18_ablate.cu", {"NO_RING": 1}, None),
     # 2-CTA clusters multicasting K and V on non-causal launches (make_cluster.py); CLUSTER 1 = stage 18.
     "cluster": (".notes/experiments/18_cluster.cu", {}, None),
     "cluster1": (".notes/experiments/18_cluster.cu", {"CLUSTER": 1}, None),

@@ -44,6 +44,7 @@ constexpr int ABLATE_KV_LOADS = 0;
 constexpr int UNIFORM_CONSUMER = 0;
 constexpr int ABLATE_KV_WAIT = 0;
 constexpr int MAX_TREE = 0;
+constexpr int NO_RING = 0;
 constexpr int HEAD_DIM = 128;
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup: the M of one wgmma
 constexpr int CONSUMERS = 2;  // consumer warpgroups per CTA, sharing every K/V tile
@@ -286,9 +287,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // what that slot held two tiles ago. The mbarrier arrival releases the st.shared
                 // to the consumers' waits.
                 const int slot = n % SCHED_STAGES;
-                if (n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);
-                st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);
-                mbarrier_arrive(sched_full + 8 * slot);
+                const bool ring = !(NO_RING && COMPUTED_ORDER);
+                if (ring && n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);
+                if (ring) st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);
+                if (ring) mbarrier_arrive(sched_full + 8 * slot);
                 if (out_tile >= num_out_tiles) break;
                 // Claim the next tile now: the atomic's round trip hides behind this tile's loads.
                 const int next_tile =
@@ -363,7 +365,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // lane speaking for the warp would leave the other lanes' reads unordered before the
         // producer's next write (compute-sanitizer's racecheck reports exactly that).
         const int slot = n % SCHED_STAGES;
-        mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);  // the slot's (n / 2)-th use
+        const bool ring = !(NO_RING && COMPUTED_ORDER);
+        if (ring) mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);  // the slot's (n / 2)-th use
         // A value loaded from shared memory is per-thread to the compiler; taken from lane 0 with a
         // shuffle it is warp-uniform, and more of the tile's descriptor arithmetic stays in uniform
         // registers (the kernel's R2UR moves drop from 196 to 125; stage 17, whose tiles are
@@ -375,7 +378,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         } else {
             out_tile = __shfl_sync(0xffffffffu, ld_shared_s32(tile_ids + 4 * slot), 0);
         }
-        mbarrier_arrive(sched_empty + 8 * slot);
+        if (ring) mbarrier_arrive(sched_empty + 8 * slot);
         if (out_tile < 0) break;
         const OutTile t = describe_tile<COMPUTED_ORDER>(out_tile, q_blocks, p);
         const int num_tiles = t.kv_tiles;

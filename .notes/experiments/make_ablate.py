@@ -156,4 +156,17 @@ PROMO = ("constexpr int L2_PROMO = 256;\n"
          "CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_NONE)\n"
          '#include "../common/../../../.notes/experiments/tma_4d_l2.cuh"')
 sub('#include "../common/tma_4d.cuh"', PROMO)
+# NO_RING: without the mask (COMPUTED_ORDER) the tile-id ring is skipped altogether, as in stage 17.
+sub("constexpr int MAX_TREE = 0;", "constexpr int MAX_TREE = 0;\nconstexpr int NO_RING = 0;")
+sub("if (n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);",
+    "const bool ring = !(NO_RING && COMPUTED_ORDER);\n"
+    "                if (ring && n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);")
+sub("                st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);\n"
+    "                mbarrier_arrive(sched_full + 8 * slot);",
+    "                if (ring) st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);\n"
+    "                if (ring) mbarrier_arrive(sched_full + 8 * slot);")
+sub("        mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);",
+    "        const bool ring = !(NO_RING && COMPUTED_ORDER);\n"
+    "        if (ring) mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);")
+sub("        mbarrier_arrive(sched_empty + 8 * slot);", "        if (ring) mbarrier_arrive(sched_empty + 8 * slot);")
 (ROOT / ".notes/experiments/18_ablate.cu").write_text(src)

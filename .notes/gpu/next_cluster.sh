@@ -4,7 +4,7 @@
 # memcheck on a small shape. A hang is the likeliest failure: every step has its own timeout.
 export PYTHONPATH=kernels:. HOPATTN_BUILD_DIR=/tmp/hb
 VARIANT_SHAPES="1,3,1152,0;1,3,1000,0;2,40,200,0;4,16,8192,0;2,16,16384,0;8,16,4096,0;4,16,8192,1" \
-  timeout 150 python3 .notes/variants.py s18,cluster1,cluster > $OUT/cluster.log 2>&1; cat $OUT/cluster.log
+  timeout 150 python3 .notes/variants.py s17,s18,ab_no_ring,cluster1,cluster > $OUT/cluster.log 2>&1; cat $OUT/cluster.log
 # One launch of the variant on a small odd shape under the sanitizers (the .so the run above built).
 cat > /tmp/one_cluster.py <<'PY'
 import math, torch
