@@ -24,7 +24,6 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s18_static": (".notes/experiments/18_static.cu", {}, None),
     "s18_snake": (".notes/experiments/18_static.cu", {"SNAKE": 1}, None),
     "s18_snake_g8": (".notes/experiments/18_static.cu", {"SNAKE": 1, "HEAD_GROUP_BYTES": 8 << 20}, None),
-    "s18_hybrid": (".notes/experiments/18_hybrid.cu", {}, None),  # claimed when causal, stage 17's order when not
     # Where stage 18's time goes: one part of the work taken away at a time (make_ablate.py), and wider K/V tiles.
     "ab_none": (".notes/experiments/18_ablate.cu", {}, None),
     "ab_softmax": (".notes/experiments/18_ablate.cu", {"ABLATE_SOFTMAX": 1}, None),
@@ -40,8 +39,8 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "ab_n144": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 144, "Q_STAGES": 1}, None),
     "ab_n160": (".notes/experiments/18_ablate.cu", {"BLOCK_N": 160, "Q_STAGES": 1}, None),
     "ab_uni_n160": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "BLOCK_N": 160, "Q_STAGES": 1}, None),
-    # Is it the loads' latency or their bandwidth? Loads that nobody waits for; a deeper V ring.
-    "ab_kv_wait": (".notes/experiments/18_ablate.cu", {"ABLATE_KV_WAIT": 1}, None),
+    # Is it the loads' latency? A deeper V ring. (A variant whose consumers never waited for the
+    # loads was tried and dropped: a CTA could exit with its copies in flight, an invalid launch.)
     "ab_v3": (".notes/experiments/18_ablate.cu", {"V_STAGES": 3, "Q_STAGES": 1}, None),
     "ab_uni_v3": (".notes/experiments/18_ablate.cu", {"UNIFORM_CONSUMER": 1, "V_STAGES": 3, "Q_STAGES": 1}, None),
     # ncu: stage 18 moves twice FA4's bytes through L2 (lts__t_bytes) — the tensor maps' 256-byte promotion?

@@ -42,7 +42,6 @@ constexpr int ABLATE_EXP = 0;
 constexpr int ABLATE_PINGPONG = 0;
 constexpr int ABLATE_KV_LOADS = 0;
 constexpr int UNIFORM_CONSUMER = 0;
-constexpr int ABLATE_KV_WAIT = 0;
 constexpr int MAX_TREE = 0;
 constexpr int NO_RING = 0;
 constexpr int HEAD_DIM = 128;
@@ -419,7 +418,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
 
             const auto wait_full = [&](uint32_t full, uint32_t& phase, int tile) {
                 const int b = full == v_full ? v_stage_of(tile) : stage_of(tile);
-                if (!ABLATE_KV_WAIT) mbarrier_wait(full + 8 * b, (phase >> b) & 1);
+                mbarrier_wait(full + 8 * b, (phase >> b) & 1);
                 phase ^= 1u << b;
             };
             // Retires this warp's QK of `tile` (the caller has waited for its wgmma group): K's buffer is
@@ -516,7 +515,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 for (int half = 0; half < 2; ++half) {
                     // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
                     const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
-                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+                    [[maybe_unused]] float part[4] = {0.f, 0.f, 0.f, 0.f};
                     #pragma unroll
                     for (int j = 0; j < BLOCK_N / 8; ++j) {
                         s[4 * j + 2 * half] = ABLATE_EXP ? fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled) : exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));

@@ -86,7 +86,7 @@ sub("""                        row_sum[half] += s[4 * j + 2 * half] + s[4 * j + 
 """)
 sub("""                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
 """, """                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
-                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+                    [[maybe_unused]] float part[4] = {0.f, 0.f, 0.f, 0.f};
 """)
 sub("""                    }
                 }
@@ -113,8 +113,7 @@ sub("""            if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty
 sub("""            int v_row = 0, v_head = 0, v_batch = 0;""", """            int v_row = 0, v_head = 0, v_batch = 0;
             bool v_pending = false;  // V(it - 1) not issued yet""")
 # V_STAGES: the V ring's own depth (3 fits in shared memory with one Q buffer: V gets a tile more
-# of lead). ABLATE_KV_WAIT: the consumers never wait for a K/V tile to land (loads still run).
-sub("constexpr int UNIFORM_CONSUMER = 0;", "constexpr int UNIFORM_CONSUMER = 0;\nconstexpr int ABLATE_KV_WAIT = 0;")
+# of lead).
 sub("constexpr int SCHED_STAGES = 2;", "constexpr int V_STAGES = 2;  // the V ring's depth (K's: KV_STAGES)\nconstexpr int SCHED_STAGES = 2;")
 sub("constexpr int NUM_BARRIERS = 2 * Q_STAGES + 4 * KV_STAGES + 2 * SCHED_STAGES;",
     "constexpr int NUM_BARRIERS = 2 * Q_STAGES + 2 * KV_STAGES + 2 * V_STAGES + 2 * SCHED_STAGES;")
@@ -141,7 +140,7 @@ sub("""        const auto stage_of = [&](int tile) { return (kv_base + tile) % K
         const auto v_stage_of = [&](int tile) { return (kv_base + tile) % V_STAGES; };""")
 sub("""                const int b = stage_of(tile);
                 mbarrier_wait(full + 8 * b, (phase >> b) & 1);""", """                const int b = full == v_full ? v_stage_of(tile) : stage_of(tile);
-                if (!ABLATE_KV_WAIT) mbarrier_wait(full + 8 * b, (phase >> b) & 1);""")
+                mbarrier_wait(full + 8 * b, (phase >> b) & 1);""")
 sub("const uint32_t v_tile = v_tiles + stage_of(tile) * KV_TILE_BYTES;", "const uint32_t v_tile = v_tiles + v_stage_of(tile) * KV_TILE_BYTES;")
 sub("mbarrier_arrive(v_empty + 8 * stage_of(tile));", "mbarrier_arrive(v_empty + 8 * v_stage_of(tile));")
 # L2_PROMO: the tensor maps' L2 promotion (256, 128 or 0 bytes), through a copy of tma_4d.cuh.
