@@ -47,6 +47,12 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "ab_l2_128": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 128}, None),
     "ab_l2_none": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 0}, None),
     "ab_no_ring": (".notes/experiments/18_ablate.cu", {"NO_RING": 1}, None),
+    # The loop's instructions: descriptors as base + constant (608 -> 530 with NO_RING), then the
+    # warp-uniform consumer index on top (502), then without the L2 promotion.
+    "ab_hoist": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1}, None),
+    "ab_hoist_nr": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1}, None),
+    "ab_hoist_nr_uni": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1, "UNIFORM_CONSUMER": 1}, None),
+    "ab_hoist_nr_uni_l2n": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1, "UNIFORM_CONSUMER": 1, "L2_PROMO": 0}, None),
     # 2-CTA clusters multicasting K and V on non-causal launches (make_cluster.py); CLUSTER 1 = stage 18.
     "cluster": (".notes/experiments/18_cluster.cu", {}, None),
     "cluster1": (".notes/experiments/18_cluster.cu", {"CLUSTER": 1}, None),
@@ -84,12 +90,13 @@ with ThreadPoolExecutor(16) as ex:
 # Shapes "B,H,L,causal;..." (VARIANT_SHAPES), default the 8k non-causal one.
 SHAPES = [tuple(int(x) for x in sh.split(",")) for sh in os.environ.get("VARIANT_SHAPES", "4,16,8192,0").split(";")]
 native = api._native()
+ROUNDS = int(os.environ.get("VARIANT_ROUNDS", "1"))  # the whole list again, for a spread (order effects, clocks)
 for B, H, L, causal in SHAPES:
     print(f"shape {B},{H},{L} {'causal' if causal else 'non-causal'}", flush=True)
     q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) * 2 for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     flops = 4 * B * H * L * L * 128 / (2 if causal else 1)
-    for name, lib, info in built:
+    for name, lib, info in [b for _ in range(ROUNDS) for b in built]:
         if lib is None:
             print(f"{name:16s} BUILD FAILED {info}")
             continue

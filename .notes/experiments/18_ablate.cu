@@ -44,6 +44,7 @@ constexpr int ABLATE_KV_LOADS = 0;
 constexpr int UNIFORM_CONSUMER = 0;
 constexpr int MAX_TREE = 0;
 constexpr int NO_RING = 0;
+constexpr int HOIST_DESC = 0;
 constexpr int HEAD_DIM = 128;
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup: the M of one wgmma
 constexpr int CONSUMERS = 2;  // consumer warpgroups per CTA, sharing every K/V tile
@@ -140,6 +141,9 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[96], uint64_t a, uint64_t b,
         : "l"(a), "l"(b), "r"(acc));
 }
 
+__device__ __forceinline__ uint64_t desc_at(uint32_t base_lo, uint32_t byte_offset) {
+    return (make_smem_desc_sw128(0, 0, 1024) & 0xffffffff00000000ull) | (base_lo + (byte_offset >> 4));
+}
 // One 32-bit load from shared memory at a byte address (the tile-id ring).
 __device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
     int value;
@@ -392,6 +396,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         const int qb = local % Q_STAGES;
         if (num_tiles > 0) ++local;  // the producer loads no Q for a tile whose rows see no key
         const uint32_t q_tile = q_tiles + qb * Q_TILE_BYTES;
+        const uint32_t q_lo = uint32_t(make_smem_desc_sw128(q_tile + consumer * (WG_ROWS * BOX_COLS * 2), 16, SWIZZLE_ATOM));
         const auto stage_of = [&](int tile) { return (kv_base + tile) % KV_STAGES; };
         const auto v_stage_of = [&](int tile) { return (kv_base + tile) % V_STAGES; };
 
@@ -433,13 +438,15 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // (8 swizzle atoms, 8 KB) into each 128-row box of Q.
             const auto issue_qk = [&](int tile) {
                 const uint32_t k_tile = k_tiles + stage_of(tile) * KV_TILE_BYTES;
+                const uint32_t k_lo = uint32_t(make_smem_desc_sw128(k_tile, 16, SWIZZLE_ATOM));
                 #pragma unroll
                 for (int kk = 0; kk < K_STEPS; ++kk) {
                     const uint32_t offset = (kk * 16 / BOX_COLS) * (BLOCK_N * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2;
-                    const uint64_t desc_q = make_smem_desc_sw128(q_tile + (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) +
+                    const uint64_t desc_q = HOIST_DESC ? desc_at(q_lo, (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2)
+                                                       : make_smem_desc_sw128(q_tile + (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) +
                                                                  consumer * (WG_ROWS * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2,
                                                                  16, SWIZZLE_ATOM);
-                    const uint64_t desc_k = make_smem_desc_sw128(k_tile + offset, 16, SWIZZLE_ATOM);
+                    const uint64_t desc_k = HOIST_DESC ? desc_at(k_lo, offset) : make_smem_desc_sw128(k_tile + offset, 16, SWIZZLE_ATOM);
                     wgmma_qk(s, desc_q, desc_k, kk > 0);  // the first step overwrites S
                 }
                 wgmma_commit();
@@ -451,9 +458,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // 1024-byte atoms apart by SBO, and the two 64-column boxes of V are LBO = one box apart.
             const auto issue_pv = [&](int tile) {
                 const uint32_t v_tile = v_tiles + v_stage_of(tile) * KV_TILE_BYTES;
+                const uint32_t v_lo = uint32_t(make_smem_desc_sw128(v_tile, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM));
                 #pragma unroll
                 for (int j = 0; j < PV_STEPS; ++j) {
-                    const uint64_t desc_v = make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);
+                    const uint64_t desc_v = HOIST_DESC ? desc_at(v_lo, j * 16 * 128) : make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);
                     wgmma_m64n128k16_bf16_rs<1>(o_acc, p_frag[4 * j], p_frag[4 * j + 1], p_frag[4 * j + 2], p_frag[4 * j + 3],
                                                 desc_v, 1);
                 }
