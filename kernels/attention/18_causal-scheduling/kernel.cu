@@ -17,8 +17,9 @@
 // The counter lives in 4 bytes the launcher allocates, zeroes and frees on the stream
 // (cudaMallocAsync / cudaMemsetAsync / cudaFreeAsync), so concurrent launches never share one.
 // Without a mask every tile costs the same and there is nothing to balance, while a tile id read
-// from shared memory costs the uniform datapath (see the consumer loop). So the schedule is a
-// template parameter: a launch without the causal mask runs stage 17's computed order.
+// from shared memory costs the uniform datapath (see the consumer loop) and the ring's handshake
+// costs a wait per tile. So the schedule is a template parameter: a launch without the causal mask
+// runs stage 17's computed order, each role computing the ids itself, and leaves the ring unused.
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -237,10 +238,13 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // Publish the tile (or -1: none left) in slot n % 2, once the consumers have read
                 // what that slot held two tiles ago. The mbarrier arrival releases the st.shared
                 // to the consumers' waits.
-                const int slot = n % SCHED_STAGES;
-                if (n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);
-                st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);
-                mbarrier_arrive(sched_full + 8 * slot);
+                // (A computed order needs no ring: the consumers compute the same ids.)
+                if constexpr (!COMPUTED_ORDER) {
+                    const int slot = n % SCHED_STAGES;
+                    if (n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);
+                    st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);
+                    mbarrier_arrive(sched_full + 8 * slot);
+                }
                 if (out_tile >= num_out_tiles) break;
                 // Claim the next tile now: the atomic's round trip hides behind this tile's loads.
                 const int next_tile =
@@ -305,24 +309,25 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     if (consumer == 1) named_barrier_arrive<PINGPONG_THREADS>(other_turn);
     int local = 0;
     for (int n = 0;; ++n) {
-        // The next tile id from the producer's ring. Every thread that read the slot arrives on its
-        // empty barrier itself: an arrival releases only the arriving thread's own reads, so one
-        // lane speaking for the warp would leave the other lanes' reads unordered before the
-        // producer's next write (compute-sanitizer's racecheck reports exactly that).
-        const int slot = n % SCHED_STAGES;
-        mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);  // the slot's (n / 2)-th use
-        // A value loaded from shared memory is per-thread to the compiler; taken from lane 0 with a
-        // shuffle it is warp-uniform, and more of the tile's descriptor arithmetic stays in uniform
-        // registers (the kernel's R2UR moves drop from 196 to 125; stage 17, whose tiles are
-        // computed, has 71).
+        // The next tile id: computed (stage 17's order, no ring), or from the producer's ring.
         int out_tile;
-        if constexpr (COMPUTED_ORDER) {  // computed, so uniform; the ring is still waited on, keeping its phases
+        if constexpr (COMPUTED_ORDER) {  // uniform by construction
             out_tile = int(blockIdx.x) + n * int(gridDim.x);
             if (out_tile >= num_out_tiles) out_tile = -1;
         } else {
+            // Every thread that read the slot arrives on its empty barrier itself: an arrival
+            // releases only the arriving thread's own reads, so one lane speaking for the warp would
+            // leave the other lanes' reads unordered before the producer's next write
+            // (compute-sanitizer's racecheck reports exactly that).
+            const int slot = n % SCHED_STAGES;
+            mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);  // the slot's (n / 2)-th use
+            // A value loaded from shared memory is per-thread to the compiler; taken from lane 0 with
+            // a shuffle it is warp-uniform, and more of the tile's descriptor arithmetic stays in
+            // uniform registers (the kernel's R2UR moves drop from 196 to 125; stage 17, whose tiles
+            // are computed, has 71).
             out_tile = __shfl_sync(0xffffffffu, ld_shared_s32(tile_ids + 4 * slot), 0);
+            mbarrier_arrive(sched_empty + 8 * slot);
         }
-        mbarrier_arrive(sched_empty + 8 * slot);
         if (out_tile < 0) break;
         const OutTile t = describe_tile<COMPUTED_ORDER>(out_tile, q_blocks, p);
         const int num_tiles = t.kv_tiles;

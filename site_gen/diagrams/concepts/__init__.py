@@ -27,6 +27,7 @@ CONCEPTS: tuple[tuple[int, str], ...] = (
     (16, "scheduling.tile_shape"),
     (17, "scheduling.causal_map"),
     (18, "scheduling.longest_first"),
+    (19, "hopper.descriptor_offsets"),
 )
 
 

@@ -70,6 +70,56 @@ def wgmma_descriptors(stage, stages):
                           "operands directly, without ldmatrix.")
 
 
+def descriptor_offsets(stage, stages):
+    """The k-steps' descriptors as one base per tile plus constants, computed from the tile shape."""
+    box_cols = 64  # bf16 in a 128-byte swizzled box row
+    steps = stage.head_dim // 16  # QK k-steps over the head dim
+    q_off = [(kk * 16 // box_cols) * stage.block_m * box_cols * 2 + (kk * 16 % box_cols) * 2 for kk in range(steps)]
+    k_off = [(kk * 16 // box_cols) * stage.block_n * box_cols * 2 + (kk * 16 % box_cols) * 2 for kk in range(steps)]
+    v_off = [j * 16 * 128 for j in range(stage.block_n // 16)]
+    c = canvas("descriptor-offsets", 400, "A k-step's descriptor: the tile's base plus a constant",
+               "The 64-bit wgmma descriptor: its high word (stride byte offset, swizzle) is the same for every "
+               "operand, and from one k-step to the next only the start address in the low word moves, by a "
+               "compile-time amount. So each wgmma's descriptor is one add on a per-tile base.")
+    x0, y0, bw = 20, 62, 820 / 64
+    c.rect(x0, y0, 820, 34, fill="panel2", stroke="stroke", rx=0)
+    fields = ((0, 14, "start address >> 4", "tensor", 0.45), (16, 30, "leading byte offset >> 4", "tensor", 0.25),
+              (32, 46, "stride byte offset >> 4", "skip", 0.6), (62, 64, "swz", "skip", 0.6))
+    for lo, hi, name, fill, op in fields:
+        c.rect(x0 + lo * bw, y0, (hi - lo) * bw, 34, fill=fill, stroke="stroke", opacity=op, rx=0)
+        c.text(x0 + (lo + hi) / 2 * bw, y0 + 21, name, size=10.5, anchor="middle", weight="600")
+        c.text(x0 + lo * bw + 2, y0 - 4, str(lo), size=8.5, fill="muted")
+    c.line(x0 + 32 * bw, y0 - 14, x0 + 32 * bw, y0 + 48, stroke="fg", sw=1.5, dash="4,3")
+    c.text(x0 + 16 * bw, y0 + 52, "low word: per tile, computed once; + a constant per k-step",
+           size=11, anchor="middle", fill="tensor", weight="600")
+    c.text(x0 + 48 * bw, y0 + 52, "high word: one constant for Q, K, V and every step",
+           size=11, anchor="middle", fill="muted", weight="600")
+
+    def row(y, label, offsets, colour):
+        c.text(20, y + 17, label, size=11.5, weight="600")
+        w = min(78, 700 / len(offsets))
+        for i, off in enumerate(offsets):
+            box(c, 150 + i * (w + 4), y, w, 26, f"+{off >> 4}", fill=colour, stroke=colour, opacity=0.18, size=10.5)
+
+    c.text(20, 150, f"Constants added to the tile's low word, k-step by k-step, in 16-byte units ({stage.block_n}-key "
+                    "tiles, two 64-column boxes per operand):", size=11.5)
+    row(162, "Q, QKᵀ step kk", q_off, "q")
+    row(196, "K, QKᵀ step kk", k_off, "k")
+    row(230, "V, PV step j", v_off, "v")
+    c.text(20, 278, "Per wgmma, in the SASS:", size=11.5, weight="600")
+    before = ["add the offset", "shift >> 4", "mask 14 bits", "or the LBO", "move the high word", "(Q: R2UR ×2)"]
+    after = ["add the constant to the tile's low word (high word: a constant register)"]
+    for i, label in enumerate(before):
+        box(c, 150 + i * 114, 290, 108, 28, label, fill="skip", stroke="stroke", opacity=0.5, size=10.5)
+    c.text(20, 309, "stage 18", size=11.5)
+    box(c, 150, 328, 450, 28, after[0], fill="tensor", stroke="tensor", opacity=0.2, size=10.5)
+    c.text(20, 347, f"stage {stage.number}", size=11.5)
+    c.lines(20, 384, ["Shared memory ends at 228 KB, below the 256 KB that 14 bits of (address >> 4) reach: the add "
+                      "never carries into the leading byte offset."], size=11, leading=1.4, fill="muted")
+    return done(c, stage, "The offsets are computed from the tile shape; the arithmetic of the loop "
+                          "is unchanged, only its address work shrinks.")
+
+
 def register_p(stage, stages):
     t = facts.Tiles.of(stage)
     c = canvas("register-p", 240, "P stays in registers: wgmma RS instead of SS",
