@@ -1,4 +1,4 @@
-"""Stage 18 and FlashAttention-4 launched once each on the 8k shape, non-causal, for Nsight Compute:
+"""The final stage and FlashAttention-4 launched once each on the 8k shape, non-causal, for Nsight Compute:
 
     ncu --clock-control none -k regex:"attention_kernel|flash" --section SpeedOfLight ... python3 .notes/ncu_fa4.py
 
@@ -14,7 +14,7 @@ B, H, L = 4, 16, 8192
 q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 hopattn.attention(q, k, v)
 torch.cuda.synchronize()
-print("stage 18 launched", flush=True)
+print(f"stage {hopattn.final_stage()} launched", flush=True)
 qs, ks, vs = (x.transpose(1, 2).contiguous() for x in (q, k, v))
 flash_attn_func(qs, ks, vs)
 torch.cuda.synchronize()
