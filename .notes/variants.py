@@ -57,6 +57,8 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s19": ("19_descriptor-offsets", {}, None),
     "s19_l2n": (".notes/experiments/19_l2none.cu", {}, None),
     "s19_uni": (".notes/experiments/19_uni.cu", {}, None),
+    # Two P buffers: P rounded inside the softmax, off the path between a PV's retirement and the next turn.
+    "s19_p2": (".notes/experiments/19_p2.cu", {}, None),
     # 2-CTA clusters multicasting K and V on non-causal launches (make_cluster.py); CLUSTER 1 = stage 18.
     "cluster": (".notes/experiments/18_cluster.cu", {}, None),
     "cluster1": (".notes/experiments/18_cluster.cu", {"CLUSTER": 1}, None),
