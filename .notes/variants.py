@@ -59,6 +59,10 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "s19_uni": (".notes/experiments/19_uni.cu", {}, None),
     # Two P buffers: P rounded inside the softmax, off the path between a PV's retirement and the next turn.
     "s19_p2": (".notes/experiments/19_p2.cu", {}, None),
+    # Part of the exponentials on the FMA pipe (make_poly.py): 8, 16 or 20 of 64.
+    "s19_poly8": (".notes/experiments/19_poly.cu", {"POLY_EVERY": 8}, None),
+    "s19_poly4": (".notes/experiments/19_poly.cu", {"POLY_EVERY": 4}, None),
+    "s19_poly3": (".notes/experiments/19_poly.cu", {"POLY_EVERY": 3}, None),
     # 2-CTA clusters multicasting K and V on non-causal launches (make_cluster.py); CLUSTER 1 = stage 18.
     "cluster": (".notes/experiments/18_cluster.cu", {}, None),
     "cluster1": (".notes/experiments/18_cluster.cu", {"CLUSTER": 1}, None),
