@@ -71,6 +71,11 @@ if len(sys.argv) > 1:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in sys.argv[1].split(",")}
 out_dir = Path(os.environ.get("VARIANT_DIR", "/tmp/variants"))
 
+# Experiment sources that are not committed: written by their generator when missing.
+GENERATED = {"19_p2.cu": "make_p2.py", "19_poly.cu": "make_poly.py",
+             "19_l2none.cu": "make_19_variants.py", "19_uni.cu": "make_19_variants.py"}
+
+
 def make(name, folder, consts, minb):
     path = Path(folder) if folder.endswith(".cu") else lineage.ATTENTION_DIR / folder / "kernel.cu"
     src = path.read_text().replace('"/work/main/kernels/attention/common/', '"../common/')
@@ -94,6 +99,10 @@ def make(name, folder, consts, minb):
     spill = re.findall(r"(\d+) bytes spill stores", p.stdout + p.stderr)
     return name, lib, f"regs {regs[0] if regs else '?'} spill {spill[0] if spill else '?'}"
 
+for folder, _, _ in VARIANTS.values():  # before the parallel builds, which read them
+    path = Path(folder)
+    if folder.endswith(".cu") and not path.exists() and path.name in GENERATED:
+        subprocess.run([sys.executable, str(path.parent / GENERATED[path.name])], check=True)
 with ThreadPoolExecutor(16) as ex:
     built = list(ex.map(lambda kv: make(kv[0], *kv[1]), VARIANTS.items()))
 
