@@ -53,7 +53,7 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     "ab_hoist_nr": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1}, None),
     "ab_hoist_nr_uni": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1, "UNIFORM_CONSUMER": 1}, None),
     "ab_hoist_nr_uni_l2n": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1, "UNIFORM_CONSUMER": 1, "L2_PROMO": 0}, None),
-    # Stage 19 without the L2 promotion, and with the warp-uniform consumer index (sed copies of it).
+    # Stage 19 without the L2 promotion, and with the warp-uniform consumer index (make_19_variants.py).
     "s19": ("19_descriptor-offsets", {}, None),
     "s19_l2n": (".notes/experiments/19_l2none.cu", {}, None),
     "s19_uni": (".notes/experiments/19_uni.cu", {}, None),
