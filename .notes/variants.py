@@ -46,13 +46,8 @@ VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks p
     # ncu: stage 18 moves twice FA4's bytes through L2 (lts__t_bytes) — the tensor maps' 256-byte promotion?
     "ab_l2_128": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 128}, None),
     "ab_l2_none": (".notes/experiments/18_ablate.cu", {"L2_PROMO": 0}, None),
-    "ab_no_ring": (".notes/experiments/18_ablate.cu", {"NO_RING": 1}, None),
-    # The loop's instructions: descriptors as base + constant (608 -> 530 with NO_RING), then the
-    # warp-uniform consumer index on top (502), then without the L2 promotion.
-    "ab_hoist": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1}, None),
-    "ab_hoist_nr": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1}, None),
-    "ab_hoist_nr_uni": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1, "UNIFORM_CONSUMER": 1}, None),
-    "ab_hoist_nr_uni_l2n": (".notes/experiments/18_ablate.cu", {"HOIST_DESC": 1, "NO_RING": 1, "UNIFORM_CONSUMER": 1, "L2_PROMO": 0}, None),
+    # ab_no_ring and ab_hoist* (s12/diet.log) were stage 18 with the switches that became stage
+    # 18's non-causal path and stage 19: those are s18 and s19 now.
     # Stage 19 without the L2 promotion, and with the warp-uniform consumer index (make_19_variants.py).
     "s19": ("19_descriptor-offsets", {}, None),
     "s19_l2n": (".notes/experiments/19_l2none.cu", {}, None),
@@ -72,7 +67,8 @@ if len(sys.argv) > 1:
 out_dir = Path(os.environ.get("VARIANT_DIR", "/tmp/variants"))
 
 # Experiment sources that are not committed: written by their generator when missing.
-GENERATED = {"19_p2.cu": "make_p2.py", "19_poly.cu": "make_poly.py",
+GENERATED = {"18_ablate.cu": "make_ablate.py", "18_cluster.cu": "make_cluster.py",
+             "19_p2.cu": "make_p2.py", "19_poly.cu": "make_poly.py",
              "19_l2none.cu": "make_19_variants.py", "19_uni.cu": "make_19_variants.py"}
 
 

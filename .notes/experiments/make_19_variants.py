@@ -3,9 +3,13 @@
     19_uni.cu     the consumer index taken from lane 0 with a shuffle (warp-uniform to the compiler)
 Run from the repository root: python3 .notes/experiments/make_19_variants.py
 """
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if not (ROOT / ".notes/experiments/tma_4d_l2.cuh").exists():  # 19_l2none.cu includes it; make_ablate.py writes it
+    subprocess.run([sys.executable, str(ROOT / ".notes/experiments/make_ablate.py")], check=True)
 src = (ROOT / "kernels/attention/19_descriptor-offsets/kernel.cu").read_text()
 
 

@@ -11,8 +11,6 @@ and two that add something:
     UNIFORM_CONSUMER the consumer index taken from lane 0 with a shuffle: warp-uniform to the compiler,
                      so the Q descriptors' arithmetic stays on the uniform datapath
     MAX_TREE         row max and row sum as four independent chains (ILP), not one
-    NO_RING          launches without a mask skip the tile-id ring (their order is computed)
-    HOIST_DESC       a k-step's descriptor = the tile's base descriptor + a constant (one add)
 BLOCK_N 144 or 160 (with Q_STAGES 1, for shared memory) widens the K/V tile; with one Q buffer the
 producer issues a tile's last V before it waits for the Q buffer (which that V's PV releases).
 Run from the repository root: python3 .notes/experiments/make_ablate.py
@@ -157,47 +155,7 @@ PROMO = ("constexpr int L2_PROMO = 256;\n"
          "CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_NONE)\n"
          '#include "../common/../../../.notes/experiments/tma_4d_l2.cuh"')
 sub('#include "../common/tma_4d.cuh"', PROMO)
-# NO_RING: without the mask (COMPUTED_ORDER) the tile-id ring is skipped altogether, as in stage 17.
-sub("constexpr int MAX_TREE = 0;", "constexpr int MAX_TREE = 0;\nconstexpr int NO_RING = 0;")
-sub("if (n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);",
-    "const bool ring = !(NO_RING && COMPUTED_ORDER);\n"
-    "                if (ring && n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);")
-sub("                st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);\n"
-    "                mbarrier_arrive(sched_full + 8 * slot);",
-    "                if (ring) st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);\n"
-    "                if (ring) mbarrier_arrive(sched_full + 8 * slot);")
-sub("        mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);",
-    "        const bool ring = !(NO_RING && COMPUTED_ORDER);\n"
-    "        if (ring) mbarrier_wait(sched_full + 8 * slot, (n / SCHED_STAGES) & 1);")
-sub("        mbarrier_arrive(sched_empty + 8 * slot);", "        if (ring) mbarrier_arrive(sched_empty + 8 * slot);")
-# HOIST_DESC: every descriptor has the same high word (SBO, swizzle); the low word of a k-step's is
-# the tile's base plus a compile-time offset, one add, instead of rebuilding it from the address.
-sub("constexpr int NO_RING = 0;", "constexpr int NO_RING = 0;\nconstexpr int HOIST_DESC = 0;")
-sub("// One 32-bit load from shared memory",
-    "__device__ __forceinline__ uint64_t desc_at(uint32_t base_lo, uint32_t byte_offset) {\n"
-    "    return (make_smem_desc_sw128(0, 0, 1024) & 0xffffffff00000000ull) | (base_lo + (byte_offset >> 4));\n}\n"
-    "// One 32-bit load from shared memory")
-sub("""                    const uint64_t desc_q = make_smem_desc_sw128(q_tile + (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) +
-                                                                 consumer * (WG_ROWS * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2,
-                                                                 16, SWIZZLE_ATOM);
-                    const uint64_t desc_k = make_smem_desc_sw128(k_tile + offset, 16, SWIZZLE_ATOM);""",
-"""                    const uint64_t desc_q = HOIST_DESC ? desc_at(q_lo, (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2)
-                                                       : make_smem_desc_sw128(q_tile + (kk * 16 / BOX_COLS) * (BLOCK_M * BOX_COLS * 2) +
-                                                                 consumer * (WG_ROWS * BOX_COLS * 2) + (kk * 16 % BOX_COLS) * 2,
-                                                                 16, SWIZZLE_ATOM);
-                    const uint64_t desc_k = HOIST_DESC ? desc_at(k_lo, offset) : make_smem_desc_sw128(k_tile + offset, 16, SWIZZLE_ATOM);""")
-sub("""                const uint32_t k_tile = k_tiles + stage_of(tile) * KV_TILE_BYTES;
-""", """                const uint32_t k_tile = k_tiles + stage_of(tile) * KV_TILE_BYTES;
-                const uint32_t k_lo = uint32_t(make_smem_desc_sw128(k_tile, 16, SWIZZLE_ATOM));
-""")
-sub("""                    const uint64_t desc_v = make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);""",
-"""                    const uint64_t desc_v = HOIST_DESC ? desc_at(v_lo, j * 16 * 128) : make_smem_desc_sw128(v_tile + j * 16 * 128, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM);""")
-sub("""                const uint32_t v_tile = v_tiles + v_stage_of(tile) * KV_TILE_BYTES;
-""", """                const uint32_t v_tile = v_tiles + v_stage_of(tile) * KV_TILE_BYTES;
-                const uint32_t v_lo = uint32_t(make_smem_desc_sw128(v_tile, BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM));
-""")
-sub("""        const uint32_t q_tile = q_tiles + qb * Q_TILE_BYTES;
-""", """        const uint32_t q_tile = q_tiles + qb * Q_TILE_BYTES;
-        const uint32_t q_lo = uint32_t(make_smem_desc_sw128(q_tile + consumer * (WG_ROWS * BOX_COLS * 2), 16, SWIZZLE_ATOM));
-""")
+# NO_RING and HOIST_DESC, the two switches that the variants ab_no_ring and ab_hoist* measured
+# (`.notes/gpu/2026-11-29/s12/diet.log`), became stage 18's non-causal path and stage 19; they
+# are no longer switches here.
 (ROOT / ".notes/experiments/18_ablate.cu").write_text(src)
