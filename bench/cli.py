@@ -86,7 +86,7 @@ def parse_options(argv: list[str], available_stages: list[int]):
 
 
 def default_out(gpu_name: str) -> Path:
-    from hopattn.results import gpu_slug
+    from hopattn.records.results import gpu_slug
 
     return RESULTS_DIR / f"{gpu_slug(gpu_name)}.json"
 

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 import random
 import secrets
-import tempfile
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hopattn.records import files, results
+
 from bench import correctness, env, report, stats, timing
 from bench.shapes import Shape, tflops
 
-REFERENCES = ("fa4", "cudnn")
 WARMUP_CALLS = 2
 
 
@@ -218,7 +217,7 @@ def _time_live(s: Session, live: dict, shape: Shape, causal: bool, run_id: str, 
         s.log(f"{name}: timing failed: {_why(exc)}")
         return
     round_ms = timed["round_ms"]
-    ref_keys = {ref: f"peer:{ref}" for ref in REFERENCES}
+    ref_keys = {ref: f"peer:{ref}" for ref in results.REFERENCES}
     for key, (arm, _, err) in live.items():
         fields = stats.summarize(round_ms[key])
         entries[key] = make_entry(arm, shape, causal, run_id, "ok", timing_fields=fields, rel_err=err,
@@ -235,43 +234,6 @@ def run_id_and_date(now: dt.datetime | None = None) -> tuple[str, str]:
     return now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def new_results(gpu: str, run_id: str, run: dict, entries: list[dict]) -> dict:
-    from hopattn import results
-
-    return {"schema_version": results.SCHEMA_VERSION, "gpu": gpu, "runs": {run_id: run}, "results": entries}
-
-
-def write_results(new: dict, out: Path, log) -> Path:
-    """Merge into the existing file (this run's entries replace theirs) and write it atomically.
-
-    An unreadable existing file is left alone and this run goes to <out>.unmerged.json instead, so
-    neither the old numbers nor the new ones are lost.
-    """
-    from hopattn import results
-
-    old = None
-    if out.exists():
-        try:
-            old = results.load_results(out)
-        except results.ResultsError as err:
-            side = out.with_name(out.stem + ".unmerged.json")
-            log(f"cannot merge into {out}: {err}")
-            _write_json(side, results.normalize(new))
-            log(f"this run's results went to {side}; fix or remove {out} and merge by hand")
-            return side
-    results.dump_results(results.merge(old, new), out)
-    return out
-
-
-def _write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, sort_keys=True, indent=1, allow_nan=False)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
 def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._exit) -> int:
     """The CLI's run on the current CUDA device; returns the exit status.
 
@@ -280,7 +242,7 @@ def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._e
     every shape, so a run cut short (a time limit, a hung kernel) keeps what it finished.
     """
     import torch
-    from hopattn import lineage, results
+    from hopattn import lineage
 
     from bench import peers
     from bench import stages as stage_arms
@@ -331,16 +293,16 @@ def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._e
         run_record = {"date": date, "git_commit": commit, "git_dirty": dirty, "command": opts.command,
                       "environment": dict(environment, clocks_after={"sm_mhz": clocks_after["sm_mhz"],
                                                                      "mem_mhz": clocks_after["mem_mhz"]})}
-        new = new_results(slug, run_id, run_record, entries + list(extra))
+        new = results.new_results(slug, run_id, run_record, entries + list(extra))
         if final:
             log(f"clocks after: {clocks_after}")
             print("\n" + report.summary_table(results.normalize(new)["results"]) + "\n", flush=True)
-        written = write_results(new, opts.out, log)
+        written = results.write_merged(new, opts.out, log)
         if final:
             log(f"wrote {written}")
             if opts.raw is not None:
                 session.raw.update({"log": log.lines, "run": run_record, "entries": new["results"]})
-                _write_json(opts.raw, _finite(session.raw))
+                files.write_atomic(opts.raw, files.dumps(_finite(session.raw)))
                 log(f"wrote the log and per-round timings to {opts.raw}")
 
     def on_hang(what, seconds):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hopattn import lineage
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -54,25 +56,8 @@ def parse_shapes(text: str) -> list[Shape]:
 
 
 def parse_stages(text: str, available: list[int]) -> list[int]:
-    """'1,2,5-6' -> [1, 2, 5, 6]; 'all' -> every available stage; 'none' -> [] (peers only)."""
-    text = text.strip().lower()
-    if text == "all":
-        return sorted(available)
-    if text == "none":
-        return []
-    wanted: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi if dash else lo)
-        except ValueError:
-            raise ValueError(f"--stages: {part!r} is not a stage number or range like 5-6") from None
-        if first > last:
-            raise ValueError(f"--stages: range {part!r} runs backwards")
-        wanted.update(range(first, last + 1))
-    missing = sorted(wanted - set(available))
-    if missing:
-        raise ValueError(f"--stages: no stage {missing[0]:02d}; the lineage has "
-                         f"{', '.join(f'{n:02d}' for n in sorted(available))}")
-    return sorted(wanted)
+    """--stages: '1,2,5-6' -> [1, 2, 5, 6]; 'all' -> every available stage; 'none' -> [] (peers only)."""
+    try:
+        return lineage.parse_selection(text, available)
+    except ValueError as err:
+        raise ValueError(f"--stages: {err}") from None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from . import lineage
+from . import cuda_tools, lineage
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent.parent
@@ -56,24 +55,12 @@ def build_dir() -> Path:
     return Path(os.environ.get("HOPATTN_BUILD_DIR", REPO_ROOT / "build" / "kernels")).resolve()
 
 
-@lru_cache(maxsize=1)
 def nvcc() -> str:
-    """The nvcc to use: $NVCC, then PATH, then $CUDA_HOME/bin, then pip's nvidia-cuda-nvcc."""
-    candidates = [os.environ.get("NVCC"), shutil.which("nvcc")]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home:
-            candidates.append(str(Path(home) / "bin" / "nvcc"))
+    """The nvcc to use (see hopattn.cuda_tools.find: $NVCC, PATH, $CUDA_HOME/bin, pip's nvidia-cuda-nvcc)."""
     try:
-        import nvidia.cu13  # type: ignore  # pip: nvidia-cuda-nvcc (CUDA 13 wheels)
-
-        candidates.append(str(Path(nvidia.cu13.__path__[0]) / "bin" / "nvcc"))
-    except ImportError:
-        pass
-    for c in candidates:
-        if c and Path(c).is_file():
-            return c
-    raise BuildError("nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc`) "
-                     "or point $NVCC at it")
+        return cuda_tools.require("nvcc")
+    except cuda_tools.ToolError as err:
+        raise BuildError(str(err)) from None
 
 
 @lru_cache(maxsize=1)
@@ -111,7 +98,9 @@ def compile_stage(stage: lineage.Stage, out_dir: Path | None = None) -> CompileR
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"stage {stage.name}: nvcc failed ({' '.join(cmd)})\n{proc.stdout}{proc.stderr}")
-        log_path.write_text(proc.stdout + proc.stderr)
+        tmp_log = tmp_target.with_suffix(".ptxas.log")
+        tmp_log.write_text(proc.stdout + proc.stderr)
+        os.replace(tmp_log, log_path)  # the log first: a library without its log is rebuilt
         os.replace(tmp_target, target)
     cmd[cmd.index("-o") + 1] = str(target)
     return CompileResult(target, log_path.read_text(), tuple(cmd), False, time.perf_counter() - start)
@@ -171,24 +160,16 @@ def build_native() -> Path:
     return target
 
 
-def _parse_selection(args: list[str], stages: list[lineage.Stage]) -> list[lineage.Stage]:
-    if not args:
-        return stages
-    wanted: set[int] = set()
-    for arg in args:
-        for part in arg.split(","):
-            lo, _, hi = part.partition("-")
-            wanted.update(range(int(lo), int(hi or lo) + 1))
-    return [s for s in stages if s.number in wanted]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hopattn.build", description=__doc__.splitlines()[0])
     parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5); default: all")
     parser.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes")
     parser.add_argument("--no-native", action="store_true", help="skip the pybind11 binding")
     args = parser.parse_args(argv)
-    stages = _parse_selection(args.stages, lineage.discover())
+    try:
+        stages = lineage.select(lineage.discover(), args.stages)
+    except ValueError as err:
+        parser.error(str(err))
     start = time.perf_counter()
     print(f"building {len(stages)} stage(s) into {build_dir()} with {nvcc_version()}", flush=True)
     try:

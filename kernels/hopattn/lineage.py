@@ -8,12 +8,13 @@ take their ``Stage`` objects from here. It imports nothing heavier than the stan
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import cpp
 
 ATTENTION_DIR = Path(__file__).resolve().parent.parent / "attention"
 COMMON_DIR_NAME = "common"
@@ -27,7 +28,6 @@ SCHEDULE_UNITS = ("load", "tensor", "softmax", "epilogue")
 
 _FOLDER_RE = re.compile(r"^(\d\d)_([a-z0-9]+(?:-[a-z0-9]+)*)$")
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-_CONSTEXPR_RE = re.compile(r"^\s*(?:static\s+)?constexpr\s+int\s+([A-Z][A-Z0-9_]*)\s*=\s*([^;]+);", re.MULTILINE)
 
 
 class SpecError(ValueError):
@@ -127,36 +127,8 @@ class Stage:
         return source_hash(self.kernel_path)
 
     def constants(self) -> dict[str, int]:
-        """``constexpr int NAME = value;`` definitions of kernel.cu (the numbers specs are checked against)."""
-        return parse_constants(self.kernel_path.read_text())
-
-
-def parse_constants(source: str) -> dict[str, int]:
-    """Top-level ``constexpr int NAME = expr;`` with integer arithmetic over earlier constants.
-
-    Definitions whose expression is anything else (a function call, a template) are left out.
-    """
-    values: dict[str, int] = {}
-    for name, expr in _CONSTEXPR_RE.findall(source):
-        try:
-            values[name] = _eval_int(ast.parse(expr.strip(), mode="eval").body, values)
-        except (SyntaxError, ValueError, KeyError, ZeroDivisionError):
-            continue
-    return values
-
-
-def _eval_int(node: ast.AST, names: dict[str, int]) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        return names[node.id]
-    if isinstance(node, ast.BinOp):
-        a, b = _eval_int(node.left, names), _eval_int(node.right, names)
-        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-               ast.Div: lambda: int(a / b), ast.FloorDiv: lambda: a // b, ast.Mod: lambda: a % b}
-        if type(node.op) in ops:
-            return ops[type(node.op)]()
-    raise ValueError(f"not an integer constant expression: {ast.dump(node)}")
+        """The ``constexpr`` integers of kernel.cu (the numbers specs are checked against)."""
+        return cpp.constants(self.kernel_path.read_text())
 
 
 def source_files(kernel: Path) -> list[Path]:
@@ -175,11 +147,13 @@ def source_files(kernel: Path) -> list[Path]:
 
 
 def source_hash(kernel: Path) -> str:
-    """sha256 over the stage's sources (names relative to kernels/attention, then contents)."""
+    """sha256 over the stage's sources: names relative to the lineage folder (kernels/attention,
+    or a copy of it elsewhere: a copied stage keeps its hash), then contents."""
+    root = Path(kernel).resolve().parent.parent
     h = hashlib.sha256()
     for path in source_files(kernel):
         try:
-            rel = path.relative_to(ATTENTION_DIR).as_posix()
+            rel = path.relative_to(root).as_posix()
         except ValueError:
             rel = path.name
         data = path.read_bytes()
@@ -314,6 +288,38 @@ def discover(root: Path = ATTENTION_DIR) -> list[Stage]:
             raise SpecError(f"{stage.dir}: stage numbers must run 01, 02, ... without gaps or repeats; "
                             f"expected {expected:02d} here")
     return stages
+
+
+def parse_selection(text: str, available: list[int]) -> list[int]:
+    """Stage numbers from '1,2,5-6' (commas or spaces) -> [1, 2, 5, 6]; 'all' -> every available
+    stage; 'none' -> []. ValueError naming the part that is wrong."""
+    text = text.strip().lower()
+    if text == "all":
+        return sorted(available)
+    if text == "none":
+        return []
+    wanted: set[int] = set()
+    for part in text.replace(",", " ").split():
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise ValueError(f"{part!r} is not a stage number or range like 5-6") from None
+        if first > last:
+            raise ValueError(f"range {part!r} runs backwards")
+        wanted.update(range(first, last + 1))
+    missing = sorted(wanted - set(available))
+    if missing:
+        raise ValueError(f"no stage {missing[0]:02d}; the lineage has {', '.join(f'{n:02d}' for n in sorted(available))}")
+    return sorted(wanted)
+
+
+def select(stages: list[Stage], args: list[str]) -> list[Stage]:
+    """The stages that command-line arguments such as ``1 3-5`` or ``7,9-11`` name (none: all)."""
+    if not args:
+        return stages
+    numbers = set(parse_selection(" ".join(args), [s.number for s in stages]))
+    return [s for s in stages if s.number in numbers]
 
 
 def get_stage(number: int, root: Path = ATTENTION_DIR) -> Stage:

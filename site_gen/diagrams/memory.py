@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import Diagram, engines, facts
+from . import engines, facts
+from .diagram import Diagram
 from .svg import Canvas, fmt_bytes, text_width
 
 W = 860

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import Diagram, engines, facts
+from . import engines, facts
+from .diagram import Diagram
 from .svg import Canvas, text_width
 
 W = 860

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import Diagram, facts, rates, schedule
+from . import facts, rates, schedule
+from .diagram import Diagram
 from .svg import Canvas, fmt_us, text_width
 
 W = 860

@@ -1,5 +1,5 @@
-// MathJax 3 (vendored in assets/javascripts/mathjax/, Apache-2.0) typesets what pymdownx.arithmatex
-// marks; the site needs no network.
+// MathJax 3 typesets what pymdownx.arithmatex marks; site_gen/hook.py adds it to the site from its pip
+// package (django-static-mathjax, Apache-2.0), so the site needs no network.
 window.MathJax = {
   tex: {
     inlineMath: [["\\(", "\\)"]],

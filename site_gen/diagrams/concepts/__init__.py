@@ -6,36 +6,32 @@ returns a Diagram whose id is "c-<slug>" so that it is unique across the site.
 
 from __future__ import annotations
 
-# stage number -> concept builder ("module.function"), in page order.
-CONCEPTS: tuple[tuple[int, str], ...] = (
-    (1, "basics.online_softmax"),
-    (1, "basics.mma_fragments"),
-    (2, "basics.shared_tiles"),
-    (3, "basics.ldmatrix_lanes"),
-    (4, "basics.swizzle_banks"),
-    (5, "basics.cp_async_double_buffer"),
-    (6, "basics.exp2_ffma"),
-    (7, "hopper.tma_box"),
-    (8, "hopper.wgmma_descriptors"),
-    (9, "hopper.register_p"),
-    (10, "hopper.two_consumers"),
-    (11, "hopper.mbarrier_ring"),
-    (12, "hopper.pingpong"),
-    (13, "hopper.intra_overlap"),
-    (14, "scheduling.persistent_tiles"),
-    (15, "scheduling.tma_store"),
-    (16, "scheduling.tile_shape"),
-    (17, "scheduling.causal_map"),
-    (18, "scheduling.longest_first"),
-    (19, "hopper.descriptor_offsets"),
+from . import basics, hopper, scheduling
+
+# stage number -> concept builder, in page order.
+CONCEPTS = (
+    (1, basics.online_softmax),
+    (1, basics.mma_fragments),
+    (2, basics.shared_tiles),
+    (3, basics.ldmatrix_lanes),
+    (4, basics.swizzle_banks),
+    (5, basics.cp_async_double_buffer),
+    (6, basics.exp2_ffma),
+    (7, hopper.tma_box),
+    (8, hopper.wgmma_descriptors),
+    (9, hopper.register_p),
+    (10, hopper.two_consumers),
+    (11, hopper.mbarrier_ring),
+    (12, hopper.pingpong),
+    (13, hopper.intra_overlap),
+    (14, scheduling.persistent_tiles),
+    (15, scheduling.tma_store),
+    (16, scheduling.tile_shape),
+    (17, scheduling.causal_map),
+    (18, scheduling.longest_first),
+    (19, hopper.descriptor_offsets),
 )
 
 
 def concepts_for(stage, stages) -> list:
-    out = []
-    for number, dotted in CONCEPTS:
-        if number == stage.number:
-            module, fn = dotted.rsplit(".", 1)
-            mod = __import__(f"{__name__}.{module}", fromlist=[fn])
-            out.append(getattr(mod, fn)(stage, stages))
-    return out
+    return [build(stage, stages) for number, build in CONCEPTS if number == stage.number]

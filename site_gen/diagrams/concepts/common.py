@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import Diagram
+from ..diagram import Diagram
 from ..svg import Canvas
 
 W = 860

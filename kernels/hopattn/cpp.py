@@ -1,9 +1,9 @@
-"""What a stage's kernel.cu says about its launch that the compiled code cannot: the dynamic shared
-memory it asks for (ptxas only sees static ``__shared__`` arrays).
+"""Integer constants read out of C++ source: the ``constexpr`` integers of a kernel and the
+arguments of a call, evaluated as the compiler would (integer arithmetic over earlier constants,
+``sizeof`` of the scalar types, literal suffixes, ``static_cast``).
 
-The stage ABI passes the dynamic shared memory to ``describe_kernel(kernel, threads, dynamic_smem,
-...)``; its third argument is read and evaluated against the file's ``constexpr`` integers, which
-may be expressions (``2 * BLOCK_N * HEAD_DIM * sizeof(bf16)``).
+The stage specs are checked against these numbers (hopattn.lineage) and the compiler facts take
+the dynamic shared memory of a launch from them (hopattn.compiler); both read them here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import operator
 import re
 
 _CONSTEXPR_RE = re.compile(
-    r"\bconstexpr\s+(?:static\s+)?(?:int|unsigned|uint32_t|int64_t|uint64_t|size_t|auto|long)\s+"
+    r"\b(?:static\s+)?constexpr\s+(?:static\s+)?(?:int|unsigned|uint32_t|int64_t|uint64_t|size_t|auto|long)\s+"
     r"([A-Za-z_]\w*)\s*=\s*([^;{}]+);")
 _SIZEOF = {"bf16": 2, "__nv_bfloat16": 2, "half": 2, "__half": 2, "float": 4, "int": 4,
            "uint32_t": 4, "uint64_t": 8, "int64_t": 8, "double": 8}
@@ -57,7 +57,8 @@ def evaluate(expr: str, env: dict[str, int]) -> int | None:
 
 
 def constants(source: str) -> dict[str, int]:
-    """Every ``constexpr`` integer of the file that evaluates, in order of definition."""
+    """Every ``constexpr`` integer of the file that evaluates, in order of definition (the first
+    definition of a name wins)."""
     env: dict[str, int] = {}
     for name, expr in _CONSTEXPR_RE.findall(source):
         value = evaluate(expr, env)
@@ -85,12 +86,3 @@ def call_arguments(source: str, function: str) -> list[str] | None:
             args.append(source[start:i].strip())
             start = i + 1
     return None
-
-
-def dynamic_smem(source: str) -> tuple[int | None, str]:
-    """(bytes, the expression as written) of the dynamic shared memory the stage launches with."""
-    args = call_arguments(source, "describe_kernel")
-    if not args or len(args) < 3:
-        return None, ""
-    expr = " ".join(args[2].split())
-    return evaluate(expr, constants(source)), expr

@@ -1,18 +1,19 @@
-"""Reader, writer and validator of the benchmark results files (bench/results/<gpu-slug>.json).
+"""The benchmark results files (bench/results/<gpu-slug>.json): schema, validation, the written
+form, merging a run into a file, and the index the site reads them through.
 
 The benchmark harness writes these files and the site generator reads them; both go through this
-module so that the format lives in one place (see .notes/contracts.md). It imports only the
-standard library, so the site can be built on machines without torch.
+module, so the format lives in one place. It imports only the standard library, so the site
+builds on machines without torch.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from . import files
+from .fields import Checker, is_int, is_num, is_text, nonneg_num, pos_int, pos_num
 
 SCHEMA_VERSION = 1
 
@@ -48,74 +49,28 @@ def entry_key(entry: dict) -> tuple:
     return (entry["kind"], entry["name"], entry["shape"], entry["causal"])
 
 
-def is_stale(entry: dict, stage) -> bool:
-    """True when a stage entry was measured on sources other than the stage's current ones."""
+def is_stale(entry: dict, current_hash: str) -> bool:
+    """True when a stage entry was measured on sources other than the stage's current ones
+    (``current_hash``: the stage's source_hash() now)."""
     if entry.get("kind") != "stage" or entry.get("source_hash") is None:
         return False
-    return entry["source_hash"] != stage.source_hash()
+    return entry["source_hash"] != current_hash
 
 
 # --- validation --------------------------------------------------------------------------------
 
 
-class _Checker:
-    """Type checks that name the file and the field (e.g. 'results[3].median_ms') on failure."""
-
-    def __init__(self, where: str):
-        self.where = where
-
-    def fail(self, field: str, expected: str, got=...) -> ResultsError:
-        shown = "<missing>" if got is ... else repr(got)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        return ResultsError(f"{self.where}: field '{field}' must be {expected} (got {shown})")
-
-    def get(self, obj: dict, key: str, field: str, expected: str, ok, nullable=False):
-        if key not in obj:
-            raise self.fail(field, expected)
-        value = obj[key]
-        if value is None and nullable:
-            return None
-        if not ok(value):
-            raise self.fail(field, expected, value)
-        return value
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def _is_text(v) -> bool:
-    return isinstance(v, str) and bool(v.strip())
-
-
-def _pos_int(v) -> bool:
-    return _is_int(v) and v > 0
-
-
-def _nonneg_num(v) -> bool:
-    return _is_num(v) and v >= 0
-
-
-def _pos_num(v) -> bool:
-    return _is_num(v) and v > 0
-
-
-def _check_clocks(c: _Checker, env: dict, key: str, field: str) -> None:
+def _check_clocks(c: Checker, env: dict, key: str, field: str) -> None:
     clocks = c.get(env, key, field, "an object with sm_mhz and mem_mhz, or null",
                    lambda v: isinstance(v, dict), nullable=True)
     if clocks is None:
         return
     for k in ("sm_mhz", "mem_mhz"):
         c.get(clocks, k, f"{field}.{k}", "a non-negative integer or null",
-              lambda v: _is_int(v) and v >= 0, nullable=True)
+              lambda v: is_int(v) and v >= 0, nullable=True)
 
 
-def _check_run(c: _Checker, run_id: str, run) -> None:
+def _check_run(c: Checker, run_id: str, run) -> None:
     f = f"runs.{run_id}"
     if not _RUN_ID_RE.match(run_id):
         raise c.fail(f, "keyed by a run id like 20261129T153000Z", run_id)
@@ -127,23 +82,23 @@ def _check_run(c: _Checker, run_id: str, run) -> None:
     c.get(run, "git_commit", f"{f}.git_commit", "40 lower-case hex digits or null",
           lambda v: isinstance(v, str) and bool(_COMMIT_RE.match(v)), nullable=True)
     c.get(run, "git_dirty", f"{f}.git_dirty", "true, false or null", lambda v: isinstance(v, bool), nullable=True)
-    c.get(run, "command", f"{f}.command", "a non-empty string", _is_text)
+    c.get(run, "command", f"{f}.command", "a non-empty string", is_text)
     env = c.get(run, "environment", f"{f}.environment", "an object", lambda v: isinstance(v, dict))
     e = f"{f}.environment"
-    c.get(env, "gpu_name", f"{e}.gpu_name", "a non-empty string", _is_text)
+    c.get(env, "gpu_name", f"{e}.gpu_name", "a non-empty string", is_text)
     c.get(env, "compute_capability", f"{e}.compute_capability", "a string like '9.0'",
           lambda v: isinstance(v, str) and bool(re.match(r"^\d+\.\d+$", v)))
-    c.get(env, "sm_count", f"{e}.sm_count", "a positive integer", _pos_int)
+    c.get(env, "sm_count", f"{e}.sm_count", "a positive integer", pos_int)
     for k in ("driver", "cuda", "cudnn"):
-        c.get(env, k, f"{e}.{k}", "a non-empty string or null", _is_text, nullable=True)
-    c.get(env, "torch", f"{e}.torch", "a non-empty string", _is_text)
+        c.get(env, k, f"{e}.{k}", "a non-empty string or null", is_text, nullable=True)
+    c.get(env, "torch", f"{e}.torch", "a non-empty string", is_text)
     _check_clocks(c, env, "clocks_before", f"{e}.clocks_before")
     _check_clocks(c, env, "clocks_after", f"{e}.clocks_after")
-    c.get(env, "max_sm_mhz", f"{e}.max_sm_mhz", "a positive integer or null", _pos_int, nullable=True)
-    c.get(env, "power_limit_w", f"{e}.power_limit_w", "a positive number or null", _pos_num, nullable=True)
+    c.get(env, "max_sm_mhz", f"{e}.max_sm_mhz", "a positive integer or null", pos_int, nullable=True)
+    c.get(env, "power_limit_w", f"{e}.power_limit_w", "a positive number or null", pos_num, nullable=True)
 
 
-def _check_entry(c: _Checker, i: int, entry, run_ids) -> None:
+def _check_entry(c: Checker, i: int, entry, run_ids) -> None:
     f = f"results[{i}]"
     if not isinstance(entry, dict):
         raise c.fail(f, "an object", entry)
@@ -156,44 +111,44 @@ def _check_entry(c: _Checker, i: int, entry, run_ids) -> None:
     else:
         c.get(entry, "name", f"{f}.name", f"one of {', '.join(PEERS)}", lambda v: v in PEERS)
         c.get(entry, "source_hash", f"{f}.source_hash", "null (peer entries)", lambda v: False, nullable=True)
-    c.get(entry, "label", f"{f}.label", "a non-empty string", _is_text)
+    c.get(entry, "label", f"{f}.label", "a non-empty string", is_text)
     c.get(entry, "run_id", f"{f}.run_id", "the id of a run in 'runs'", lambda v: v in run_ids)
     c.get(entry, "shape", f"{f}.shape", "a shape name like '8k'",
           lambda v: isinstance(v, str) and bool(_SHAPE_RE.match(v)))
     for k in ("batch", "heads", "len_q", "len_k", "head_dim"):
-        c.get(entry, k, f"{f}.{k}", "a positive integer", _pos_int)
+        c.get(entry, k, f"{f}.{k}", "a positive integer", pos_int)
     c.get(entry, "causal", f"{f}.causal", "true or false", lambda v: isinstance(v, bool))
     status = c.get(entry, "status", f"{f}.status", f"one of {', '.join(STATUSES)}", lambda v: v in STATUSES)
     if status == "ok":
         c.get(entry, "reason", f"{f}.reason", "null when status is ok", lambda v: False, nullable=True)
         for k in ("median_ms", "min_ms", "max_ms"):
-            c.get(entry, k, f"{f}.{k}", "a positive number when status is ok", _pos_num)
+            c.get(entry, k, f"{f}.{k}", "a positive number when status is ok", pos_num)
         # non-negative only: a tiny test shape rounds to 0.0 at one decimal
-        c.get(entry, "tflops", f"{f}.tflops", "a non-negative number when status is ok", _nonneg_num)
-        c.get(entry, "spread_pct", f"{f}.spread_pct", "a non-negative number when status is ok", _nonneg_num)
-        c.get(entry, "samples", f"{f}.samples", "a positive integer when status is ok", _pos_int)
-        c.get(entry, "rel_err", f"{f}.rel_err", "a non-negative number when status is ok", _nonneg_num)
+        c.get(entry, "tflops", f"{f}.tflops", "a non-negative number when status is ok", nonneg_num)
+        c.get(entry, "spread_pct", f"{f}.spread_pct", "a non-negative number when status is ok", nonneg_num)
+        c.get(entry, "samples", f"{f}.samples", "a positive integer when status is ok", pos_int)
+        c.get(entry, "rel_err", f"{f}.rel_err", "a non-negative number when status is ok", nonneg_num)
         if not entry["min_ms"] <= entry["median_ms"] <= entry["max_ms"]:
             raise c.fail(f"{f}.median_ms", "between min_ms and max_ms", entry["median_ms"])
         ratios = c.get(entry, "ratios", f"{f}.ratios", f"an object keyed by references ({', '.join(REFERENCES)})",
                        lambda v: isinstance(v, dict) and all(k in REFERENCES for k in v))
         for k, v in ratios.items():
-            if not _pos_num(v):
+            if not pos_num(v):
                 raise c.fail(f"{f}.ratios.{k}", "a positive number", v)
     else:
-        c.get(entry, "reason", f"{f}.reason", f"a non-empty string saying why the status is {status}", _is_text)
+        c.get(entry, "reason", f"{f}.reason", f"a non-empty string saying why the status is {status}", is_text)
         for k in TIMING_FIELDS:
             c.get(entry, k, f"{f}.{k}", f"null when status is {status}", lambda v: False, nullable=True)
         # a wrong kernel keeps its measured error: it is the most useful number about it
-        c.get(entry, "rel_err", f"{f}.rel_err", "a non-negative number or null", _nonneg_num, nullable=True)
+        c.get(entry, "rel_err", f"{f}.rel_err", "a non-negative number or null", nonneg_num, nullable=True)
 
 
 def validate(data, where: str = "<results>") -> dict:
     """Raise ResultsError (naming `where` and the field) unless `data` follows the results schema."""
-    c = _Checker(str(where))
+    c = Checker(where, ResultsError)
     if not isinstance(data, dict):
         raise c.fail("<top level>", "an object", data)
-    c.get(data, "schema_version", "schema_version", f"{SCHEMA_VERSION}", lambda v: _is_int(v) and v == SCHEMA_VERSION)
+    c.get(data, "schema_version", "schema_version", f"{SCHEMA_VERSION}", lambda v: is_int(v) and v == SCHEMA_VERSION)
     c.get(data, "gpu", "gpu", "a GPU slug like 'nvidia-h200'", lambda v: isinstance(v, str) and bool(_SLUG_RE.match(v)))
     runs = c.get(data, "runs", "runs", "an object keyed by run id", lambda v: isinstance(v, dict))
     for run_id in sorted(runs):
@@ -249,7 +204,7 @@ def normalize(data: dict) -> dict:
         for rid, run in data["runs"].items():
             run = dict(run)
             env = run.get("environment")
-            if isinstance(env, dict) and _is_num(env.get("power_limit_w")):
+            if isinstance(env, dict) and is_num(env.get("power_limit_w")):
                 run["environment"] = dict(env, power_limit_w=round(float(env["power_limit_w"]), 2))
             runs[rid] = run
         out["runs"] = runs
@@ -257,19 +212,12 @@ def normalize(data: dict) -> dict:
 
 
 def to_json(data: dict) -> str:
-    return json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    return files.dumps(data)
 
 
 def load_results(path) -> dict:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ResultsError(f"{path}: cannot read: {err.strerror or err}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ResultsError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}): {err.msg}") from None
+    data = files.read_json(path, ResultsError)
     validate(data, path)
     if data["gpu"] != path.stem:
         raise ResultsError(f"{path}: field 'gpu' must match the file name ({path.stem!r}) (got {data['gpu']!r})")
@@ -289,21 +237,7 @@ def dump_results(data: dict, path) -> None:
     path = Path(path)
     data = normalize(data)
     validate(data, path)
-    text = to_json(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    files.write_atomic(path, to_json(data))
 
 
 def merge(old: dict | None, new: dict) -> dict:
@@ -322,3 +256,75 @@ def merge(old: dict | None, new: dict) -> dict:
     used = {e["run_id"] for e in results}
     runs = {rid: run for rid, run in runs.items() if rid in used}
     return {"schema_version": SCHEMA_VERSION, "gpu": new["gpu"], "runs": runs, "results": results}
+
+
+def new_results(gpu: str, run_id: str, run: dict, entries: list[dict]) -> dict:
+    """The results of one run, in the file's shape."""
+    return {"schema_version": SCHEMA_VERSION, "gpu": gpu, "runs": {run_id: run}, "results": entries}
+
+
+def write_merged(new: dict, path, log=print) -> Path:
+    """Merge a run into the file at ``path`` (its entries replace theirs) and write it atomically.
+
+    An unreadable existing file is left alone and the run goes to <name>.unmerged.json instead,
+    so neither the old numbers nor the new ones are lost. Returns the path written.
+    """
+    path = Path(path)
+    old = None
+    if path.exists():
+        try:
+            old = load_results(path)
+        except ResultsError as err:
+            side = path.with_name(path.stem + ".unmerged.json")
+            log(f"cannot merge into {path}: {err}")
+            files.write_atomic(side, to_json(normalize(new)))
+            log(f"this run's results went to {side}; fix or remove {path} and merge by hand")
+            return side
+    dump_results(merge(old, new), path)
+    return path
+
+
+# --- reading for display -----------------------------------------------------------------------
+
+SHAPE_ORDER = ("4k", "8k", "16k")  # the harness's shapes, smallest first; others follow by name
+
+
+@dataclass(frozen=True)
+class GpuResults:
+    """One GPU's validated results file, indexed by (kind, name, shape, causal)."""
+
+    gpu: str
+    data: dict
+    by_key: dict
+
+    @classmethod
+    def of(cls, gpu: str, data: dict) -> GpuResults:
+        return cls(gpu, data, {entry_key(e): e for e in data["results"]})
+
+    @property
+    def gpu_name(self) -> str:
+        for run in self.data["runs"].values():
+            name = run.get("environment", {}).get("gpu_name")
+            if name:
+                return name
+        return self.gpu
+
+    def shapes(self) -> list[str]:
+        found = {k[2] for k in self.by_key}
+        known = [s for s in SHAPE_ORDER if s in found]
+        return known + sorted(found - set(known))
+
+    def stage(self, stage_id: str, shape: str, causal: bool) -> dict | None:
+        return self.by_key.get(("stage", stage_id, shape, causal))
+
+    def peer(self, name: str, shape: str, causal: bool) -> dict | None:
+        return self.by_key.get(("peer", name, shape, causal))
+
+    def ok_stage_count(self) -> int:
+        return sum(1 for e in self.data["results"] if e["kind"] == "stage" and e["status"] == "ok")
+
+
+def load_indexed(results_dir) -> list[GpuResults]:
+    """Every GPU's results under ``results_dir``, the one with the most measured stages first."""
+    indexed = [GpuResults.of(gpu, data) for gpu, data in sorted(load_all(results_dir).items())]
+    return sorted(indexed, key=lambda r: -r.ok_stage_count())

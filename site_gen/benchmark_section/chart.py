@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import io
 
-from .numbers import Numbers
+from hopattn.records.results import GpuResults
 
 WIDTH_IN, HEIGHT_IN = 10.0, 4.0  # 720 x 288 pt
 SHAPE_COLOURS = ("#3b6fd6", "#e07b39", "#2a9d6f", "#b4469b", "#8a8a2a")
 INK = "#8c8c8c"
 
 
-def progression_data(stages, nums: Numbers) -> dict:
+def progression_data(stages, nums: GpuResults) -> dict:
     """{causal: {shape: [(stage number, tflops)]}} plus the reference (FA4) TFLOP/s per line."""
     series: dict = {False: {}, True: {}}
     refs: dict = {False: {}, True: {}}

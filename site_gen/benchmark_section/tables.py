@@ -1,63 +1,18 @@
 """Benchmark numbers as Markdown: the lineage tables of the overview and each stage's #benchmark.
 
-Input is the validated results files (gpu slug -> file, see results_io) and the stages; output is
-plain Markdown tables. A stage entry whose source_hash differs from the stage's current sources is
-marked stale, because the kernel it measured no longer exists.
+Input is the validated results (hopattn.records.results.GpuResults, one per GPU) and the stages;
+output is plain Markdown tables. A stage entry whose source_hash differs from the stage's current
+sources is marked stale, because the kernel it measured no longer exists.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from hopattn.records import results
+from hopattn.records.results import GpuResults
 
-SHAPE_ORDER = ("4k", "8k", "16k")
-REFERENCES = (("fa4", "FA4"), ("cudnn", "cuDNN"))
+REFERENCES = (("fa4", "FA4"), ("cudnn", "cuDNN"))  # the reference peers (results.REFERENCES) and their labels
 STALE = '<span class="hd-stale" title="measured on older sources of this stage">stale</span>'
 CROSS_RUN = '<span class="hd-cross-run" title="the two stages were timed in different runs">†</span>'
-
-
-@dataclass(frozen=True)
-class Numbers:
-    """One GPU's results, indexed for the page builders."""
-
-    gpu: str
-    data: dict
-    by_key: dict  # (kind, name, shape, causal) -> entry
-
-    @classmethod
-    def of(cls, gpu: str, data: dict) -> Numbers:
-        return cls(gpu, data, {(e["kind"], e["name"], e["shape"], e["causal"]): e for e in data["results"]})
-
-    @property
-    def gpu_name(self) -> str:
-        for run in self.data["runs"].values():
-            name = run.get("environment", {}).get("gpu_name")
-            if name:
-                return name
-        return self.gpu
-
-    def shapes(self) -> list[str]:
-        found = {k[2] for k in self.by_key}
-        known = [s for s in SHAPE_ORDER if s in found]
-        return known + sorted(found - set(known))
-
-    def stage(self, stage_id: str, shape: str, causal: bool) -> dict | None:
-        return self.by_key.get(("stage", stage_id, shape, causal))
-
-    def peer(self, name: str, shape: str, causal: bool) -> dict | None:
-        return self.by_key.get(("peer", name, shape, causal))
-
-    def ok_stage_count(self) -> int:
-        return sum(1 for e in self.data["results"] if e["kind"] == "stage" and e["status"] == "ok")
-
-
-def load_numbers(results: dict[str, dict]) -> list[Numbers]:
-    """Every GPU's numbers, the one with the most measured stages first (it drives the overview)."""
-    numbers = [Numbers.of(gpu, data) for gpu, data in sorted(results.items())]
-    return sorted(numbers, key=lambda n: -n.ok_stage_count())
-
-
-def is_stale(entry: dict, current_hash: str) -> bool:
-    return entry.get("source_hash") not in (None, current_hash)
 
 
 def _ratio(x: float | None) -> str:
@@ -89,7 +44,7 @@ def md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
+def overview_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
     """The lineage table (non-causal numbers next to each change) and the causal table."""
     shapes = nums.shapes()
     refs = " · ".join(label for _, label in REFERENCES)
@@ -123,7 +78,7 @@ def overview_tables(stages, hashes: dict[str, str], nums: Numbers) -> str:
             cells = [link] + ([md_cell(s.change)] if not causal else [])
             for sh in shapes:
                 e = nums.stage(s.id, sh, causal)
-                cells.append(_cell(e, e is not None and is_stale(e, hashes[s.id])))
+                cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])))
             out.append("| " + " | ".join(cells) + " |")
         for key, label in REFERENCES:
             peers = [nums.peer(key, sh, causal) for sh in shapes]
@@ -151,7 +106,7 @@ def _id_ranges(ids: list[str]) -> str:
     return ", ".join(r[0] if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
 
 
-def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
+def stage_table(stage, prev, hashes: dict[str, str], nums: GpuResults) -> str:
     """#benchmark body for one stage on one GPU; empty string if this GPU never measured it."""
     rows = []
     stale_seen = cross_run_seen = False
@@ -165,7 +120,7 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
                 reason = md_cell(e.get("reason") or "")
                 rows.append(f"| {label} | {e['status']} | | | | | | {reason} |")
                 continue
-            stale = is_stale(e, hashes[stage.id])
+            stale = results.is_stale(e, hashes[stage.id])
             stale_seen |= stale
             ratios = e.get("ratios") or {}
             p = nums.stage(prev.id, sh, causal) if prev is not None else None
@@ -195,7 +150,7 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: Numbers) -> str:
     return "\n".join(out)
 
 
-def environment(nums: Numbers, hashes: dict[str, str] | None = None) -> str:
+def environment(nums: GpuResults, hashes: dict[str, str] | None = None) -> str:
     """The GPU and software of each run that produced the shown numbers, as a Markdown list.
 
     With the stages' current source hashes, each run also says how many of the stages it timed were

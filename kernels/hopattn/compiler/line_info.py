@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import compiler_sass, compiler_tools
+from .. import cuda_tools
+from . import sass
 
 _SECTION_RE = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)")
 _FILE_RE = re.compile(r'"([^"]+)", line (\d+)')
@@ -64,19 +65,19 @@ def opcodes_by_address(text: str) -> dict[str, dict[int, str]]:
             function = m.group(1)
             out.setdefault(function, {})
         elif function is not None and (m := _INSTR_RE.match(line)):
-            out[function][int(m.group(1), 16)] = compiler_sass.parse_instruction(m.group(2), 0).opcode
+            out[function][int(m.group(1), 16)] = sass.parse_instruction(m.group(2), 0).opcode
     return out
 
 
 def disassemble_with_lines(library: Path, arch: str = "sm_90a") -> list[str]:
     """``nvdisasm -c -gi`` of every ``arch`` cubin in the library (one text per extracted file)."""
-    nvdisasm = compiler_tools.nvdisasm()
+    nvdisasm = cuda_tools.require("nvdisasm")
     texts = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([compiler_tools.cuobjdump(), "-xelf", arch, str(Path(library).resolve())],
+        proc = subprocess.run([cuda_tools.require("cuobjdump"), "-xelf", arch, str(Path(library).resolve())],
                               cwd=tmp, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise compiler_tools.ToolError(f"cuobjdump -xelf failed on {library}: {proc.stderr.strip()}")
+            raise cuda_tools.ToolError(f"cuobjdump -xelf failed on {library}: {proc.stderr.strip()}")
         for cubin in sorted(Path(tmp).glob("*.cubin")):
             run = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], capture_output=True, text=True, check=False)
             if run.returncode == 0:
@@ -84,13 +85,13 @@ def disassemble_with_lines(library: Path, arch: str = "sm_90a") -> list[str]:
     return texts
 
 
-def line_maps(texts: list[str], sass: dict[str, list[compiler_sass.Instr]]) -> dict[str, dict[int, tuple[Location, ...]]]:
+def line_maps(texts: list[str], instructions: dict[str, list[sass.Instr]]) -> dict[str, dict[int, tuple[Location, ...]]]:
     """Line maps of the functions whose disassembly agrees with cuobjdump's."""
     out: dict[str, dict[int, tuple[Location, ...]]] = {}
     for text in texts:
         opcodes = opcodes_by_address(text)
         for function, lines in parse_line_info(text).items():
-            instrs = sass.get(function)
+            instrs = instructions.get(function)
             if instrs and opcodes.get(function) == {i.addr: i.opcode for i in instrs}:
                 out[function] = lines
     return out

@@ -1,41 +1,20 @@
-"""What the compiler made of each stage, for the site: the #compiler section of a stage page and the
-overview table, both rendered from the committed facts files (see compiler_facts).
+"""The #compiler section of a stage page, rendered from the committed compiler facts (the record
+hopattn.records.compiler_facts defines; hopattn.compiler makes it).
 
-    python -m site_gen.compiler            # refresh the facts of every changed stage (nvcc, cuobjdump)
-    python -m site_gen.compiler 7 9-11     # some stages
-    python -m site_gen.compiler --check    # only report missing or stale facts (exit 1 if any)
-
-Rendering never compiles: a stage whose facts are missing or stale gets a note saying so, and the
-rest of the site builds as usual.
+Rendering never compiles: a stage whose facts are missing or stale gets a note saying so.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
-import logging
-import sys
-import time
 
 from hopattn import lineage
+from hopattn.records.compiler_facts import GROUP_LABELS, GROUP_ORDER, group_of
 
-from . import compiler_diff, compiler_facts, compiler_sass
-from .compiler_diff import signed, size, smem_bytes, spill_bytes
+from . import changes
+from .changes import signed, size, smem_bytes, spill_bytes
 
-log = logging.getLogger("site_gen.compiler")
-REFRESH = "python -m site_gen.compiler"
-_warned: set[tuple[str, str]] = set()
-
-
-def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
-    facts = compiler_facts.load(stage)
-    problem = compiler_facts.problem(stage, facts)
-    if problem and (stage.name, problem) not in _warned:  # once per process: not on every page
-        _warned.add((stage.name, problem))
-        log.warning("compiler facts of stage %s: %s (run `%s`)", stage.name, problem, REFRESH)
-    if facts is not None and facts.get("schema_version") != compiler_facts.SCHEMA_VERSION:
-        return None, problem
-    return facts, problem
+REFRESH = "python -m hopattn.compiler"
 
 
 def _admonition(kind: str, title: str, text: str) -> str:
@@ -72,7 +51,7 @@ def _resources_table(cur: dict, prev: dict | None, prev_label: str) -> str:
 
 
 def _top(opcodes: dict[str, int], group: str, n: int = 5) -> str:
-    items = sorted(((k, v) for k, v in opcodes.items() if compiler_sass.group_of(k) == group),
+    items = sorted(((k, v) for k, v in opcodes.items() if group_of(k) == group),
                    key=lambda kv: (-kv[1], kv[0]))
     text = ", ".join(f"{k} {v:,}" for k, v in items[:n])
     return text + (", …" if len(items) > n else "")
@@ -80,16 +59,16 @@ def _top(opcodes: dict[str, int], group: str, n: int = 5) -> str:
 
 def _mix_table(cur: dict, prev: dict | None) -> str:
     loop = cur.get("loop") or {}
-    deltas = dict(compiler_diff.opcode_deltas(prev, cur)) if prev else {}
+    deltas = dict(changes.opcode_deltas(prev, cur)) if prev else {}
     head = "| instructions | whole kernel | main loop | most frequent |" + (" change |" if prev else "")
     rule = "|---|---:|---:|---|" + ("---|" if prev else "")
     lines = [head, rule]
-    for group in compiler_sass.GROUP_ORDER:
+    for group in GROUP_ORDER:
         total = cur["groups"].get(group, 0)
         in_loop = loop.get("groups", {}).get(group, 0) if loop else 0
-        row = f"| {compiler_sass.GROUP_LABELS[group]} | {total:,} | {in_loop:,} | {_top(cur['opcodes'], group)} |"
+        row = f"| {GROUP_LABELS[group]} | {total:,} | {in_loop:,} | {_top(cur['opcodes'], group)} |"
         if prev:
-            changed = [(k, d) for k, d in deltas.items() if compiler_sass.group_of(k) == group]
+            changed = [(k, d) for k, d in deltas.items() if group_of(k) == group]
             text = ", ".join(f"{k} {signed(d)}" for k, d in changed[:5]) + (", …" if len(changed) > 5 else "")
             row += f" {text} |"
         lines.append(row)
@@ -109,15 +88,16 @@ def _loop_details(cur: dict) -> str:
             f'<pre><code>{body}</code></pre>\n</details>\n')
 
 
-def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None) -> str:
-    """Markdown for the #compiler section of a stage page (no heading: the page owns it)."""
-    cur, problem = _facts(stage)
+def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None, facts_of) -> str:
+    """Markdown for the #compiler section of a stage page (no heading: the page owns it).
+    ``facts_of(stage)`` gives (usable facts or None, why they are not current or None)."""
+    cur, problem = facts_of(stage)
     if cur is None:
         return _admonition("note", "No compiler facts yet",
                            f"This stage has no compiler facts ({problem}); run `{REFRESH}` on a machine with nvcc.")
     prev = None
     if prev_stage is not None:
-        prev, _ = _facts(prev_stage)
+        prev, _ = facts_of(prev_stage)
     out = []
     if problem:
         out.append(_admonition("warning", "Stale compiler facts",
@@ -129,7 +109,7 @@ def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None) -> 
                f"(source lines: nvdisasm {tools.get('nvdisasm', '?')}).\n")
     prev_label = f"stage {prev_stage.id}" if prev_stage is not None else ""
     if prev is not None:
-        out.append(f"**Against stage {prev_stage.id}:** {compiler_diff.headline(prev, cur)}\n")
+        out.append(f"**Against stage {prev_stage.id}:** {changes.headline(prev, cur)}\n")
     elif prev_stage is not None:
         out.append(f"Stage {prev_stage.id} has no compiler facts to compare with.\n")
     out.append(_resources_table(cur, prev, prev_label))
@@ -156,70 +136,4 @@ def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None) -> 
         out.append(f"Also compiled: `{other['signature']}` ({other['registers']} registers, "
                    f"{spill_bytes(other)} B spilled, {other['instructions']:,} instructions).\n")
     out.append(_loop_details(cur))
-    return "\n".join(out)
-
-
-def overview_table(stages: list[lineage.Stage], link=None) -> str:
-    """One row per stage; ``link(stage)`` gives the page link (default: stages/NN-slug.md#compiler)."""
-    link = link or (lambda s: f"stages/{s.name}.md#compiler")
-    lines = ["| stage | registers | spills | shared memory | tensor instr | HMMA | HGMMA | LDSM | MUFU |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    stale = False
-    for stage in stages:
-        facts, problem = _facts(stage)
-        name = f"[{stage.id} {stage.title}]({link(stage)})"
-        if facts is None:
-            lines.append(f"| {name} | — | — | — | — | — | — | — | — |")
-            continue
-        mark = " †" if problem else ""
-        stale = stale or bool(problem)
-        ops = facts["opcodes"]
-        mufu = sum(v for k, v in ops.items() if k.startswith("MUFU"))
-        lines.append(f"| {name}{mark} | {facts['registers']} | {spill_bytes(facts)} B | {size(smem_bytes(facts))} "
-                     f"| {facts['groups'].get('tensor', 0):,} | {ops.get('HMMA', 0):,} | {ops.get('HGMMA', 0):,} "
-                     f"| {ops.get('LDSM', 0):,} | {mufu:,} |")
-    notes = ["", ("Static counts of sm_90a SASS instructions in the whole kernel; registers per thread; "
-                  "spills are ptxas' spill stores + loads; shared memory is static + dynamic.")]
-    if stale:
-        notes.append(f"† facts made from an earlier version of the stage: run `{REFRESH}`.")
-    if any(_facts(s)[0] is None for s in stages):
-        notes.append(f"— no compiler facts yet: run `{REFRESH}`.")
-    return "\n".join(lines) + "\n" + "\n\n".join(notes) + "\n"
-
-
-def _select(args: list[str], stages: list[lineage.Stage]) -> list[lineage.Stage]:
-    if not args:
-        return stages
-    wanted: set[int] = set()
-    for arg in args:
-        for part in arg.split(","):
-            lo, _, hi = part.partition("-")
-            wanted.update(range(int(lo), int(hi or lo) + 1))
-    return [s for s in stages if s.number in wanted]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=REFRESH, description="Refresh the committed compiler facts.")
-    parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5); default: all")
-    parser.add_argument("--jobs", type=int, default=2, help="stages compiled at once (default 2)")
-    parser.add_argument("--force", action="store_true", help="recompute even when the facts are current")
-    parser.add_argument("--check", action="store_true", help="only report missing or stale facts")
-    args = parser.parse_args(argv)
-    stages = _select(args.stages, lineage.discover())
-    if args.check:
-        bad = [(s.name, p) for s in stages if (p := compiler_facts.problem(s, compiler_facts.load(s)))]
-        for name, p in bad:
-            print(f"  {name}: {p}")
-        print(f"{len(stages) - len(bad)} of {len(stages)} stage(s) have current compiler facts")
-        return 1 if bad else 0
-    start = time.perf_counter()
-    print(f"compiler facts of {len(stages)} stage(s) -> {compiler_facts.FACTS_DIR}", flush=True)
-    status = compiler_facts.refresh(stages, jobs=args.jobs, force=args.force,
-                                    log=lambda m: print(m, flush=True))
-    kept = sum(1 for v in status.values() if v == "kept")
-    print(f"done in {time.perf_counter() - start:.1f} s ({kept} current, {len(status) - kept} recomputed)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return "\n".join(out).strip() + "\n"

@@ -11,9 +11,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import diffs
-from .blocks import esc, tabbed
-from .cache import DiskCache
+from ..cache import DiskCache
+from ..html import esc, tabbed
+from . import compare, render
+
+CODE = Path(__file__).resolve().parent  # this folder renders the cached diffs
 
 FOLD_NEW_FILE = 60  # a newly shown file longer than this starts collapsed
 
@@ -43,12 +45,12 @@ def stage_sources(stage) -> dict[str, Source]:
 
 def _render(cache: DiskCache, label: str, old: str | None, new: str | None) -> dict:
     def make():
-        d = diffs.diff_texts(label, old, new)
+        d = compare.diff_texts(label, old, new)
         return {"status": d.status, "added": d.added, "removed": d.removed,
-                "unified": diffs.render_unified(d) if d.status != "unchanged" else "",
-                "split": diffs.render_split(d) if d.status == "modified" else ""}
+                "unified": render.render_unified(d) if d.status != "unchanged" else "",
+                "split": render.render_split(d) if d.status == "modified" else ""}
 
-    return cache.get("diff", [label, old, new], make)
+    return cache.get("diff", [label, old, new], make, code=[CODE], libraries=["pygments"])
 
 
 def diff_section(stage, prev, cache: DiskCache) -> str:

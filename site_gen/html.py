@@ -1,4 +1,4 @@
-"""Small HTML/Markdown building blocks shared by the page builders.
+"""Small HTML/Markdown building blocks shared by the page and section builders.
 
 Generated HTML goes into pages as raw HTML blocks (a block-level tag at the start of a line after a
 blank line), which Python-Markdown passes through untouched; inside Markdown constructs such as

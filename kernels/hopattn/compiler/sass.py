@@ -8,32 +8,18 @@ so parsing keeps the ELF sections of the requested architecture and ignores the 
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+from .. import cuda_tools
+from ..records.compiler_facts import GROUP_ORDER, group_of
 
 _ARCH_RE = re.compile(r"^\s*arch = (\S+)")
 _FUNCTION_RE = re.compile(r"^\s*Function : (\S+)")
 # "/*0290*/   @!P0 BRA 0x5c80 ;   /* 0x0000... */": address, then the instruction up to its ';'.
 _INSTR_RE = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+([^;]*?)\s*;")
 _HEX_TARGET_RE = re.compile(r"^0x([0-9a-f]+)$")
-
-# Groups in display order. A key is a base opcode, except MUFU which keeps its function (EX2, RCP):
-# the exponentials of the softmax are what a reader looks for there.
-GROUPS: tuple[tuple[str, str, frozenset[str]], ...] = (
-    ("tensor", "tensor core", frozenset({"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BMMA", "DMMA"})),
-    ("memory", "data movement", frozenset({
-        "LDG", "STG", "LDS", "STS", "LDSM", "STSM", "LD", "ST", "LDGSTS", "UTMALDG", "UTMASTG",
-        "UTMAPF", "UTMAREDG", "UTMACCTL", "UTMACMDFLUSH", "UBLKCP", "UBLKPF", "UBLKRED", "ATOM",
-        "ATOMG", "ATOMS", "RED", "REDG", "LDGMC"})),
-    ("softmax", "softmax arithmetic", frozenset({
-        "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "F2FP", "FCHK", "SHFL", "FSWZADD"})),
-    ("sync", "synchronization", frozenset({
-        "BAR", "SYNCS", "WARPGROUP", "DEPBAR", "LDGDEPBAR", "MEMBAR", "FENCE", "WARPSYNC", "ERRBAR",
-        "ARRIVES", "USETMAXREG", "CCTL"})),
-    ("local", "local memory (spills, stack)", frozenset({"LDL", "STL"})),
-)
-OTHER = ("other", "other (integer, address, control)")
-GROUP_ORDER = tuple(g[0] for g in GROUPS) + (OTHER[0],)
-GROUP_LABELS = {g[0]: g[1] for g in GROUPS} | {OTHER[0]: OTHER[1]}
 
 SOURCE_COLUMN = 72  # where the "// kernel.cu:76" source comment of a listing line starts
 LISTING_MAX = 180  # a loop up to this long is shown whole; a longer one as windows around landmarks
@@ -68,14 +54,6 @@ def opcode_key(opcode: str) -> str:
     return parts[0]
 
 
-def group_of(key: str) -> str:
-    base = key.split(".")[0]
-    for name, _, members in GROUPS:
-        if base in members:
-            return name
-    return OTHER[0]
-
-
 def parse_instruction(text: str, addr: int) -> Instr:
     tokens = text.split(None, 1)
     pred = ""
@@ -85,6 +63,15 @@ def parse_instruction(text: str, addr: int) -> Instr:
     opcode = tokens[0] if tokens else ""
     operands = tokens[1].strip() if len(tokens) > 1 else ""
     return Instr(addr, pred, opcode, operands)
+
+
+def dump_sass(library: Path, arch: str = "sm_90a") -> str:
+    """``cuobjdump -sass`` of one architecture's code in a library (other archs are not disassembled)."""
+    proc = subprocess.run([cuda_tools.require("cuobjdump"), "-sass", "-arch", arch, str(library)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise cuda_tools.ToolError(f"cuobjdump failed on {library}: {proc.stderr.strip()}")
+    return proc.stdout
 
 
 def parse_sass(dump: str, arch: str = "sm_90a") -> dict[str, list[Instr]]:

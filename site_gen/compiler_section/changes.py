@@ -3,7 +3,7 @@ opcode counts as signed deltas ("HGMMA +64, HMMA −512"), in a stable order."""
 
 from __future__ import annotations
 
-from . import compiler_sass
+from hopattn.records.compiler_facts import GROUP_ORDER, group_of
 
 MINUS = "\u2212"  # a real minus sign reads better than a hyphen in "HMMA −512"
 
@@ -33,9 +33,9 @@ def opcode_deltas(prev: dict, cur: dict, section: str | None = None) -> list[tup
     a = (prev.get(section) or {}).get("opcodes", {}) if section else prev["opcodes"]
     b = (cur.get(section) or {}).get("opcodes", {}) if section else cur["opcodes"]
     deltas = [(k, b.get(k, 0) - a.get(k, 0)) for k in sorted(set(a) | set(b))]
-    order = {g: i for i, g in enumerate(compiler_sass.GROUP_ORDER)}
+    order = {g: i for i, g in enumerate(GROUP_ORDER)}
     deltas = [(k, d) for k, d in deltas if d]
-    return sorted(deltas, key=lambda kd: (order[compiler_sass.group_of(kd[0])], -abs(kd[1]), kd[0]))
+    return sorted(deltas, key=lambda kd: (order[group_of(kd[0])], -abs(kd[1]), kd[0]))
 
 
 def headline(prev: dict, cur: dict, limit: int = 8) -> str:
@@ -44,7 +44,7 @@ def headline(prev: dict, cur: dict, limit: int = 8) -> str:
     parts = [f"registers {prev['registers']} → {cur['registers']}",
              f"spills {spill_bytes(prev)} → {spill_bytes(cur)} B",
              f"shared memory {size(smem_bytes(prev))} → {size(smem_bytes(cur))}"]
-    deltas = [(k, d) for k, d in opcode_deltas(prev, cur) if compiler_sass.group_of(k) != "other"]
+    deltas = [(k, d) for k, d in opcode_deltas(prev, cur) if group_of(k) != "other"]
     if deltas:
         shown = ", ".join(f"{k} {signed(d)}" for k, d in deltas[:limit])
         parts.append(shown + (", …" if len(deltas) > limit else ""))

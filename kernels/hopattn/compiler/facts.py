@@ -1,0 +1,139 @@
+"""Makes a stage's compiler facts from its own build (same nvcc flags as hopattn.build, so the
+facts describe the code that runs): ptxas' report, the sm_90a SASS and its source lines.
+
+Making facts needs nvcc, cuobjdump and nvdisasm but no GPU; the result goes to the record that
+hopattn.records.compiler_facts defines, which is all the site reads.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import build, cpp, cuda_tools, lineage
+from ..records import compiler_facts as record
+from . import line_info, ptxas, sass
+
+ARCH = record.ARCH
+
+
+def toolchain() -> dict[str, str]:
+    return {tool: cuda_tools.version(cuda_tools.require(tool)) for tool in ("nvcc", "cuobjdump", "nvdisasm")}
+
+
+def dynamic_smem(source: str) -> tuple[int | None, str]:
+    """(bytes, the expression as written) of the dynamic shared memory the stage launches with:
+    the third argument of the ABI's ``describe_kernel(kernel, threads, dynamic_smem, ...)``, which
+    ptxas cannot see (it only reports static ``__shared__`` arrays)."""
+    args = cpp.call_arguments(source, "describe_kernel")
+    if not args or len(args) < 3:
+        return None, ""
+    expr = " ".join(args[2].split())
+    return cpp.evaluate(expr, cpp.constants(source)), expr
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """Mangled -> readable names; names stay as they are where c++filt is missing."""
+    path = cuda_tools.find("c++filt")
+    if not names or path is None:
+        return {n: n for n in names}
+    out = subprocess.run([path, *names], capture_output=True, text=True, check=False).stdout.splitlines()
+    return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
+
+
+def _matches_kernel(mangled: str, name: str) -> bool:
+    # Itanium mangling spells a plain name as <length><name>; extern "C" kernels are not mangled.
+    return mangled == name or (mangled.startswith("_Z") and f"{len(name)}{name}" in mangled)
+
+
+def _pick_primary(stage: lineage.Stage, functions: list[str], instructions: dict) -> str:
+    named = sorted(f for f in functions if _matches_kernel(f, stage.kernel))
+    if named:
+        return named[0]
+    return max(sorted(functions), key=lambda f: len(instructions.get(f, [])))
+
+
+def make_facts(stage: lineage.Stage, ptxas_log: str, sass_dump: str, tools: dict[str, str],
+               line_texts: list[str] = ()) -> dict:
+    """The facts dict from a stage's ptxas report, SASS dump and ``nvdisasm -gi`` texts (pure: no
+    compiler runs here)."""
+    resources = {fn: r for (arch, fn), r in ptxas.parse_ptxas(ptxas_log).items() if arch == ARCH}
+    instructions = sass.parse_sass(sass_dump, ARCH)
+    functions = sorted(set(resources) | set(instructions))
+    if not functions:
+        raise cuda_tools.ToolError(f"stage {stage.name}: no {ARCH} entry function in the build output")
+    primary = _pick_primary(stage, functions, instructions)
+    names = demangle(functions)
+    source = stage.kernel_path.read_text()
+    dyn, dyn_expr = dynamic_smem(source)
+
+    def summary(fn: str) -> dict:
+        r = resources.get(fn) or ptxas.Resources(fn, ARCH)
+        hist = sass.histogram(instructions.get(fn, []))
+        return {"function": fn, "signature": names[fn], "registers": r.registers, "barriers": r.barriers,
+                "static_smem": r.static_smem, "stack_frame": r.stack_frame, "spill_stores": r.spill_stores,
+                "spill_loads": r.spill_loads, "instructions": sum(hist.values()),
+                "advisories": ptxas.advisory_summary(r.advisories)}
+
+    instrs = instructions.get(primary, [])
+    hist = sass.histogram(instrs)
+    loop = sass.main_loop(instrs)
+    lines = line_info.line_maps(list(line_texts), instructions).get(primary, {})
+    facts = {
+        "schema_version": record.SCHEMA_VERSION,
+        "stage": stage.name,
+        "source_hash": stage.source_hash(),
+        "nvcc_flags": record.flags_text(stage),
+        "toolchain": dict(sorted(tools.items())),
+        "arch": ARCH,
+        **summary(primary),
+        "dynamic_smem": dyn,
+        "dynamic_smem_expr": dyn_expr,
+        "opcodes": hist,
+        "groups": sass.group_counts(hist),
+        "tensor_shapes": sass.tensor_shapes(instrs),
+        "setmaxnreg": sass.register_budgets(instrs),
+        "loop": None,
+        "other_functions": [summary(fn) for fn in functions if fn != primary],
+    }
+    if loop is not None:
+        loop_hist = sass.histogram(list(loop.body))
+        facts["loop"] = {"start": f"0x{loop.start:04x}", "end": f"0x{loop.end:04x}",
+                         "instructions": sum(loop_hist.values()), "opcodes": loop_hist,
+                         "groups": sass.group_counts(loop_hist),
+                         "source_lines": line_info.span([i.addr for i in loop.body], lines),
+                         "listing": sass.listing(
+                             loop.body, {a: line_info.label(w) for a, w in lines.items()})}
+    return facts
+
+
+def collect(stage: lineage.Stage, tools: dict[str, str] | None = None) -> dict:
+    """Compile (or reuse the build cache) and disassemble one stage."""
+    result = build.compile_stage(stage)
+    return make_facts(stage, result.ptxas_log, sass.dump_sass(result.library, ARCH),
+                      tools or toolchain(), line_info.disassemble_with_lines(result.library, ARCH))
+
+
+def refresh(stages: list[lineage.Stage], jobs: int = 2, force: bool = False, log=print) -> dict[str, str]:
+    """Bring every stage's facts file up to date; returns {stage name: 'kept'|'written'|'unchanged'}."""
+    tools = toolchain()
+    todo, status = [], {}
+    for stage in stages:
+        old = record.load(stage)
+        if not force and record.problem(stage, old) is None and old.get("toolchain") == tools:
+            status[stage.name] = "kept"
+        else:
+            todo.append(stage)
+
+    def one(stage):
+        start = time.perf_counter()
+        facts = collect(stage, tools)
+        changed = record.write(stage, facts)
+        return stage, changed, time.perf_counter() - start
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for stage, changed, seconds in pool.map(one, todo):
+            status[stage.name] = "written" if changed else "unchanged"
+            log(f"  {stage.name}: {status[stage.name]} ({seconds:.1f} s)")
+    return dict(sorted(status.items()))

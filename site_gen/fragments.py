@@ -1,0 +1,38 @@
+"""Heavy HTML kept out of Markdown: a page holds a placeholder, the built page gets the fragment.
+
+A stage's diff is some ten thousand elements and a page of inline SVG diagrams is thousands more.
+Passed through Python-Markdown (which re-parses every raw HTML tag) and the search indexer, they
+made a full build of an 18-stage site take most of a minute. So the generator keeps such HTML
+aside, in memory, and puts a placeholder in the page; the MkDocs hook (on_post_page) swaps each
+placeholder for its fragment in the final HTML. Code in the diffs is also kept out of the search
+index that way, which is where it would only be noise.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_PLACEHOLDER_RE = re.compile(r'<div class="hd-slot" data-slot="([a-z0-9][a-z0-9_.-]*)"></div>')
+
+
+class FragmentError(RuntimeError):
+    """A page refers to a fragment that the generator did not make."""
+
+
+def placeholder(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise ValueError(f"fragment names are lower-case letters, digits, '.', '_' and '-': {name!r}")
+    return f'<div class="hd-slot" data-slot="{name}"></div>'
+
+
+def fill(html: str, fragments: dict[str, str]) -> str:
+    """Replace every placeholder in ``html`` with its fragment."""
+
+    def one(match: re.Match) -> str:
+        try:
+            return fragments[match.group(1)]
+        except KeyError:
+            raise FragmentError(f"no fragment '{match.group(1)}' was generated for this page") from None
+
+    return _PLACEHOLDER_RE.sub(one, html)

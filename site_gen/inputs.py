@@ -1,0 +1,45 @@
+"""Everything the site is made from, read and validated before anything is rendered: the lineage
+(kernels/attention), the benchmark results (bench/results) and the compiler facts
+(kernels/compiler_facts). Bad input fails here, naming the file and the field, and the previous
+site stays as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopattn import lineage
+from hopattn.records import compiler_facts, results
+
+
+@dataclass(frozen=True)
+class Inputs:
+    root: Path
+    stages: list[lineage.Stage]
+    hashes: dict[str, str]  # stage id -> its source hash now
+    results: list[results.GpuResults]  # the GPU with the most measured stages first
+    facts: dict[str, tuple[dict | None, str | None]]  # stage name -> (usable facts or None, problem or None)
+
+    def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
+        return self.facts[stage.name]
+
+    def stale_facts(self) -> list[str]:
+        """'NN-slug: why' for every stage whose compiler facts are missing or stale."""
+        return [f"{name}: {problem}" for name, (_, problem) in self.facts.items() if problem]
+
+
+def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
+    facts = compiler_facts.load(stage)
+    problem = compiler_facts.problem(stage, facts)
+    if facts is not None and facts.get("schema_version") != compiler_facts.SCHEMA_VERSION:
+        return None, problem  # another format: nothing in it can be shown
+    return facts, problem
+
+
+def load(root: Path) -> Inputs:
+    root = Path(root).resolve()
+    stages = lineage.discover(root / "kernels" / "attention")
+    return Inputs(root=root, stages=stages, hashes={s.id: s.source_hash() for s in stages},
+                  results=results.load_indexed(root / "bench" / "results"),
+                  facts={s.name: _facts(s) for s in stages})

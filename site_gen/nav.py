@@ -1,0 +1,24 @@
+"""The site navigation: overview, hand-written pages, the stages, the gallery.
+
+Built from the hand-written pages on disk and the generated ones in memory, so a page added by the
+docs writers shows up without editing mkdocs.yml, and a missing one never breaks a strict build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PREFERRED = ["introduction.md", "background.md", "method.md", "reading-guide.md", "reading_guide.md"]
+
+
+def nav(docs_dir: Path, generated: list[str]) -> list:
+    """``generated``: the paths of the generated pages (index.md, gallery.md, stages/NN-slug.md)."""
+    hand = sorted(p.name for p in Path(docs_dir).glob("*.md") if p.name not in generated)
+    ordered = [n for n in PREFERRED if n in hand] + [n for n in hand if n not in PREFERRED]
+    stages = sorted(p for p in generated if p.startswith("stages/"))
+    out: list = [{"Overview": "index.md"}, *ordered]
+    if stages:
+        out.append({"Stages": stages})
+    if "gallery.md" in generated:
+        out.append("gallery.md")
+    return out

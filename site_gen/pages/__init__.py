@@ -1,0 +1,1 @@
+"""The generated pages: one per stage (stage), the overview (overview), the diagram gallery (gallery)."""

@@ -1,0 +1,137 @@
+"""The generator: lineage + records -> every generated page, asset and HTML fragment, in memory.
+
+The inputs are loaded and validated first (inputs.py); then every page is rendered; MkDocs gets
+the result through the hook (File.generated), so nothing is written into docs/ and read back. A
+section that raises stops the build with an error naming the stage, the file the section is drawn
+from, and the line of the generator that failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import fragments, inputs
+from .benchmark_section import chart, tables
+from .benchmark_section import section as benchmark
+from .cache import DiskCache
+from .compiler_section import overview as compiler_overview
+from .compiler_section import section as compiler
+from .diagrams import all_diagrams
+from .diagrams import section as diagrams
+from .diff_section import section as diff
+from .pages import gallery, overview, stage
+
+CHART = "assets/generated/progression.svg"
+PACKAGE = Path(__file__).resolve().parent
+
+
+class SectionError(RuntimeError):
+    """A part of the site failed to render; the message names the stage, its file and the code."""
+
+
+@dataclass
+class Site:
+    """What the generator hands to MkDocs: pages (Markdown), assets (SVG) and the HTML fragments
+    spliced into built pages, each keyed by its path under docs/ (fragments by name)."""
+
+    pages: dict[str, str] = field(default_factory=dict)
+    assets: dict[str, str] = field(default_factory=dict)
+    fragments: dict[str, str] = field(default_factory=dict)
+
+    def add_asset(self, path: str, text: str) -> None:
+        self.assets[path] = text
+
+    def add_fragment(self, name: str, html: str) -> str:
+        """Keep ``html`` out of the Markdown; returns the placeholder line that stands for it."""
+        self.fragments[name] = html
+        return fragments.placeholder(name) + "\n"
+
+
+def _where(err: BaseException) -> str:
+    """The innermost line of this package that the error passed through, e.g. diagrams/memory.py:120."""
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if PACKAGE in path.parents:
+            return f"site_gen/{path.relative_to(PACKAGE).as_posix()}:{frame.lineno} in {frame.name}"
+    return "site_gen"
+
+
+@contextmanager
+def naming(what: str, source: Path, root: Path):
+    """Turn any failure inside into a SectionError that names ``what`` failed and ``source`` (the
+    file it is drawn from, shown relative to the repository)."""
+    try:
+        yield
+    except Exception as err:
+        shown = os.path.relpath(source, root) if Path(source).is_absolute() else source
+        raise SectionError(f"{shown}: {what} failed: {type(err).__name__}: {err} ({_where(err)})") from err
+
+
+def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
+    """Every generated file of the site from validated inputs; nothing is written."""
+    site = Site()
+    stages, root = inp.stages, inp.root
+    with naming("the diagrams", root / "kernels" / "attention", root):
+        every_diagram = all_diagrams(stages)
+
+    for i, s in enumerate(stages):
+        prev = stages[i - 1] if i else None
+        nxt = stages[i + 1] if i + 1 < len(stages) else None
+        with naming(f"the diagrams of stage {s.name}", s.spec_path, root):
+            diagrams_md = diagrams.stage_section(s, every_diagram, site)
+        with naming(f"the diff of stage {s.name}", s.kernel_path, root):
+            diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache))
+        with naming(f"the compiler section of stage {s.name}", s.kernel_path, root):
+            compiler_md = compiler.compiler_section(s, prev, inp.facts_of)
+        with naming(f"the benchmark section of stage {s.name}", root / "bench" / "results", root):
+            benchmark_md = benchmark.stage_section(s, prev, inp.hashes, inp.results)
+        with naming(f"the page of stage {s.name}", s.notes_path, root):
+            site.pages[f"stages/{s.name}.md"] = stage.stage_page(
+                s, prev, nxt, diff_html=diff_md, diagrams_md=diagrams_md, compiler_md=compiler_md,
+                benchmark_md=benchmark_md)
+
+    with naming("the overview", root / "bench" / "results", root):
+        site.pages["index.md"] = _overview(inp, site, cache)
+    with naming("the gallery", root / "kernels" / "attention", root):
+        site.pages["gallery.md"] = gallery.gallery_page(stages, every_diagram, site)
+    return site
+
+
+def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
+    main = inp.results[0] if inp.results else None
+    chart_md = None
+    if main is not None:
+        data = chart.progression_data(inp.stages, main)
+        parts = [data["series"][False], data["series"][True], data["refs"][False], data["refs"][True], data["stages"]]
+        svg = cache.get("chart", parts, lambda: chart.progression_svg(data),
+                        code=[Path(chart.__file__)], libraries=["matplotlib"])
+        if svg:
+            site.add_asset(CHART, svg)
+            chart_md = (f"![TFLOP/s per stage, one line per shape; left non-causal, right causal]({CHART})"
+                        f'{{ .hd-chart width="{int(chart.WIDTH_IN * 72)}" height="{int(chart.HEIGHT_IN * 72)}" }}')
+    docs = inp.root / "docs"
+    return overview.index_page(
+        inp.stages,
+        numbers_md=tables.overview_tables(inp.stages, inp.hashes, main) if main else "",
+        chart=chart_md,
+        environment_md="\n".join(f"**{n.gpu_name}** (`bench/results/{n.gpu}.json`)\n\n"
+                                 + tables.environment(n, inp.hashes) for n in inp.results),
+        compiler_md=compiler_overview.overview_table(inp.stages, inp.facts_of),
+        gpu_name=main.gpu_name if main else None,
+        reading_guide=next((n for n in ("reading-guide.md", "reading_guide.md") if (docs / n).is_file()), None))
+
+
+def generate(root: Path, *, use_cache: bool = True) -> tuple[Site, inputs.Inputs, float]:
+    """Load, validate and render the site of the repository at ``root``; (site, its inputs, seconds)."""
+    start = time.perf_counter()
+    root = Path(root).resolve()
+    cache = DiskCache(root / ".cache" / "site_gen" if use_cache else None)
+    inp = inputs.load(root)
+    site = render(inp, cache)
+    cache.prune()
+    return site, inp, time.perf_counter() - start
