@@ -21,7 +21,7 @@ from .benchmark_section import section as benchmark
 from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
 from .compiler_section import section as compiler
-from .diagrams import all_diagrams
+from .diagrams import concept_diagrams, stage_diagrams
 from .diagrams import section as diagrams
 from .diff_section import section as diff
 from .pages import gallery, overview, stage
@@ -76,14 +76,14 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
     """Every generated file of the site from validated inputs; nothing is written."""
     site = Site()
     stages, root = inp.stages, inp.root
-    with naming("the diagrams", root / "kernels" / "attention", root):
-        every_diagram = all_diagrams(stages)
-
+    every_diagram = []  # for the gallery, in site order
     for i, s in enumerate(stages):
         prev = stages[i - 1] if i else None
         nxt = stages[i + 1] if i + 1 < len(stages) else None
         with naming(f"the diagrams of stage {s.name}", s.spec_path, root):
-            diagrams_md = diagrams.stage_section(s, every_diagram, site)
+            mine = stage_diagrams(s, stages) + concept_diagrams(s, stages)
+            every_diagram += mine
+            diagrams_md = diagrams.stage_section(s, mine, site)
         with naming(f"the diff of stage {s.name}", s.kernel_path, root):
             diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache))
         with naming(f"the compiler section of stage {s.name}", s.kernel_path, root):
@@ -97,7 +97,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
 
     with naming("the overview", root / "bench" / "results", root):
         site.pages["index.md"] = _overview(inp, site, cache)
-    with naming("the gallery", root / "kernels" / "attention", root):
+    with naming("the gallery", root / "docs", root):
         site.pages["gallery.md"] = gallery.gallery_page(stages, every_diagram, site)
     return site
 

@@ -1,36 +1,54 @@
-"""Shared test setup: import paths, the `slow` marker, and a copy of the site fixture."""
+"""Shared test setup: the `slow` marker, and a small site made from three real stages.
+
+The packages are imported as installed (`pip install -e .`); nothing here edits sys.path.
+"""
 
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from hopattn import lineage
+from hopattn.records import compiler_facts, results
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-for _p in (str(REPO / "kernels"), str(REPO)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+# The first three stages of the real lineage: the fixture is copied from them at test time, so it
+# cannot drift from the lineage. 03 brings a new header; none of them has a causal path.
+FIXTURE_STAGES = ("01_baseline", "02_smem-tiles", "03_ldmatrix")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than ~30 s")
 
 
-def make_site(root: Path, lineage: Path = FIXTURES / "lineage", results: Path | None = FIXTURES / "results") -> Path:
-    """A repository-shaped tree for the site generator: stages, results, docs/ and mkdocs.yml
-    (the real one, with the hook pointed back at this checkout)."""
-    shutil.copytree(lineage, root / "kernels" / "attention")
+def _copy_results(dest: Path, stage_ids: set[str]) -> None:
+    """The committed results, cut down to the copied stages (and every peer)."""
+    for path in sorted((REPO / "bench" / "results").glob("*.json")):
+        data = results.load_results(path)
+        kept = [e for e in data["results"] if e["kind"] == "peer" or e["name"] in stage_ids]
+        runs = {rid: run for rid, run in data["runs"].items() if any(e["run_id"] == rid for e in kept)}
+        results.dump_results(dict(data, results=kept, runs=runs), dest / path.name)
+
+
+def make_site(root: Path, stages=FIXTURE_STAGES, with_results: bool = True) -> Path:
+    """A repository-shaped tree for the site generator: real stages, their compiler facts and
+    measured results, docs/assets and mkdocs.yml (the real one, with the hook pointed back at
+    this checkout)."""
+    attention = root / "kernels" / "attention"
+    shutil.copytree(lineage.ATTENTION_DIR / "common", attention / "common")
+    for name in stages:
+        shutil.copytree(lineage.ATTENTION_DIR / name, attention / name)
+    copied = lineage.discover(attention)
+    facts = compiler_facts.folder_for(attention)
+    facts.mkdir(parents=True)
+    for stage in copied:
+        shutil.copy(compiler_facts.folder_for(lineage.ATTENTION_DIR) / f"{stage.name}.json", facts)
     (root / "bench" / "results").mkdir(parents=True)
-    if results is not None:
-        for f in results.glob("*.json"):
-            shutil.copy(f, root / "bench" / "results" / f.name)
-    css = root / "docs" / "assets" / "stylesheets"
-    css.mkdir(parents=True)
-    shutil.copy(REPO / "docs" / "assets" / "stylesheets" / "site.css", css / "site.css")
-    shutil.copytree(REPO / "docs" / "assets" / "javascripts", root / "docs" / "assets" / "javascripts")
+    if with_results:
+        _copy_results(root / "bench" / "results", {s.id for s in copied})
+    shutil.copytree(REPO / "docs" / "assets", root / "docs" / "assets", ignore=shutil.ignore_patterns("generated"))
     config = (REPO / "mkdocs.yml").read_text().replace("  - site_gen/hook.py", f"  - {REPO / 'site_gen' / 'hook.py'}")
     (root / "mkdocs.yml").write_text(config)
     return root

@@ -7,7 +7,7 @@ import json
 import types
 
 import pytest
-from hopattn import results
+from hopattn.records import results
 
 from bench import report, runner
 from bench.shapes import Shape

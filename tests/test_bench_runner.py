@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from hopattn import results
+from hopattn.records import results
 
 from bench import report, runner
 from bench.arms import Arm, Launch
@@ -160,11 +160,11 @@ def _entries(run_id, names, ms=1.0):
 
 def test_partial_run_merges_into_the_file(tmp_path):
     out = tmp_path / "cpu-test.json"
-    first = runner.new_results("cpu-test", RUN_ID, _run(), _entries(RUN_ID, ["01", "07"], ms=3.0))
-    assert runner.write_results(first, out, print) == out
+    first = results.new_results("cpu-test", RUN_ID, _run(), _entries(RUN_ID, ["01", "07"], ms=3.0))
+    assert results.write_merged(first, out, print) == out
     later = "20261130T090000Z"
-    second = runner.new_results("cpu-test", later, _run(), _entries(later, ["07"], ms=1.0))
-    runner.write_results(second, out, print)
+    second = results.new_results("cpu-test", later, _run(), _entries(later, ["07"], ms=1.0))
+    results.write_merged(second, out, print)
     data = results.load_results(out)
     by_name = {e["name"]: e for e in data["results"]}
     assert by_name["01"]["run_id"] == RUN_ID and by_name["01"]["median_ms"] == 3.0
@@ -176,8 +176,8 @@ def test_an_unreadable_old_file_is_kept_and_the_run_goes_beside_it(tmp_path):
     out = tmp_path / "cpu-test.json"
     out.write_text('{"schema_version": 1}')
     logged = []
-    new = runner.new_results("cpu-test", RUN_ID, _run(), _entries(RUN_ID, ["01"]))
-    written = runner.write_results(new, out, logged.append)
+    new = results.new_results("cpu-test", RUN_ID, _run(), _entries(RUN_ID, ["01"]))
+    written = results.write_merged(new, out, logged.append)
     assert written == tmp_path / "cpu-test.unmerged.json"
     assert out.read_text() == '{"schema_version": 1}'
     assert json.loads(written.read_text())["results"][0]["name"] == "01"

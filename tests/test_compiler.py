@@ -1,25 +1,21 @@
 """Compiler facts without a compiler: parsing real ptxas and cuobjdump output (small fixtures built
-from tests/fixtures/compiler/*.cu), the instruction groups, the main-loop finder, the stage-to-stage
-diff, the rendered page section, and rules over the committed facts of the lineage."""
+from tests/fixtures/compiler/*.cu), the instruction groups, the main-loop finder, the record format,
+the stage-to-stage diff and the rendered page section, and rules over the committed facts."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
-from hopattn import lineage
+from hopattn import cpp, lineage
+from hopattn.compiler import facts as producer
+from hopattn.compiler import line_info, ptxas, sass
+from hopattn.records import compiler_facts as record
 
-from site_gen import (
-    compiler,
-    compiler_diff,
-    compiler_facts,
-    compiler_lines,
-    compiler_ptxas,
-    compiler_sass,
-    compiler_source,
-)
+from site_gen.compiler_section import changes, overview, section
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "compiler"
 TOOLS = {"cuobjdump": "V13.5.37", "nvcc": "V13.0.88", "nvdisasm": "V13.5.37"}
@@ -29,8 +25,8 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def sass(name: str, arch: str = "sm_90a") -> list[compiler_sass.Instr]:
-    functions = compiler_sass.parse_sass(fixture(f"{name}.sass.txt"), arch)
+def instrs_of(name: str, arch: str = "sm_90a") -> list[sass.Instr]:
+    functions = sass.parse_sass(fixture(f"{name}.sass.txt"), arch)
     assert len(functions) == 1
     return next(iter(functions.values()))
 
@@ -44,7 +40,7 @@ def stage01() -> lineage.Stage:
 
 
 def test_ptxas_report_of_stage01_per_arch():
-    res = compiler_ptxas.parse_ptxas(fixture("stage01.ptxas.txt"))
+    res = ptxas.parse_ptxas(fixture("stage01.ptxas.txt"))
     fn = "_Z16attention_kernel10AttnParams"
     assert set(res) == {("sm_90a", fn), ("sm_80", fn)}
     hopper = res[("sm_90a", fn)]
@@ -53,14 +49,14 @@ def test_ptxas_report_of_stage01_per_arch():
 
 
 def test_ptxas_static_smem_barriers_and_advisories():
-    res = compiler_ptxas.parse_ptxas(fixture("wgmma_tma.ptxas.txt"))
+    res = ptxas.parse_ptxas(fixture("wgmma_tma.ptxas.txt"))
     r = res[("sm_90a", "_Z9wgmma_tma9TensorMapS_if")]
     assert (r.barriers, r.static_smem, r.spill_stores) == (2, 1024, 0)
     assert r.registers == 232  # setmaxnreg.inc budget of the consumer
-    summary = compiler_ptxas.advisory_summary(r.advisories)
+    summary = ptxas.advisory_summary(r.advisories)
     assert len(summary) == 1 and summary[0].startswith("(C7519) warpgroup.arrive is injected")
     assert summary[0].endswith("(×3)") and "line" not in summary[0]
-    mma = compiler_ptxas.parse_ptxas(fixture("mma_loop.ptxas.txt"))
+    mma = ptxas.parse_ptxas(fixture("mma_loop.ptxas.txt"))
     assert mma[("sm_90a", "_Z8mma_loopPKjPfif")].static_smem == 512
 
 
@@ -68,13 +64,13 @@ def test_ptxas_warnings_belong_to_the_next_function():
     log = ("ptxas warning : Registers are spilled to local memory in function 'k', 8 bytes spill stores\n"
            "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
            "ptxas info    : Used 12 registers, used 1 barriers, 16 bytes smem, 384 bytes cmem[0]\n")
-    r = compiler_ptxas.parse_ptxas(log)[("sm_90a", "k")]
+    r = ptxas.parse_ptxas(log)[("sm_90a", "k")]
     assert (r.registers, r.barriers, r.static_smem) == (12, 1, 16)
     assert r.advisories == ["warning: Registers are spilled to local memory, 8 bytes spill stores."]
 
 
 def test_ptxas_spills():
-    r = compiler_ptxas.parse_ptxas(fixture("spill.ptxas.txt"))[("sm_90a", "_Z5spillPKfPfi")]
+    r = ptxas.parse_ptxas(fixture("spill.ptxas.txt"))[("sm_90a", "_Z5spillPKfPfi")]
     assert (r.registers, r.stack_frame, r.spill_stores, r.spill_loads) == (32, 176, 328, 328)
 
 
@@ -83,21 +79,21 @@ def test_ptxas_spills():
 
 def test_sass_keeps_only_the_requested_arch():
     dump = fixture("mma_loop.sass.txt")
-    hopper, ampere = sass("mma_loop", "sm_90a"), sass("mma_loop", "sm_80")
+    hopper, ampere = instrs_of("mma_loop", "sm_90a"), instrs_of("mma_loop", "sm_80")
     assert [i.addr for i in hopper] == sorted({i.addr for i in hopper})  # one function, not two merged
     assert [i.text() for i in hopper] != [i.text() for i in ampere]
     assert dump.count("Function : _Z8mma_loopPKjPfif") == 2
-    assert compiler_sass.parse_sass(dump, "sm_100a") == {}
+    assert sass.parse_sass(dump, "sm_100a") == {}
 
 
 def test_instruction_parsing_keeps_predicate_and_modifiers():
-    ins = compiler_sass.parse_instruction("@!P0 BRA 0x5c80", 0x290)
+    ins = sass.parse_instruction("@!P0 BRA 0x5c80", 0x290)
     assert (ins.pred, ins.opcode, ins.operands) == ("@!P0", "BRA", "0x5c80")
-    assert compiler_sass.branch_target(ins) == 0x5c80
-    hmma = compiler_sass.parse_instruction("HMMA.16816.F32.BF16 R8, R4, R20, R8", 0x340)
+    assert sass.branch_target(ins) == 0x5c80
+    hmma = sass.parse_instruction("HMMA.16816.F32.BF16 R8, R4, R20, R8", 0x340)
     assert (hmma.key, hmma.pred) == ("HMMA", "")
-    assert compiler_sass.opcode_key("MUFU.EX2") == "MUFU.EX2"
-    assert compiler_sass.opcode_key("UTMALDG.2D") == "UTMALDG"
+    assert sass.opcode_key("MUFU.EX2") == "MUFU.EX2"
+    assert sass.opcode_key("UTMALDG.2D") == "UTMALDG"
 
 
 @pytest.mark.parametrize("key,group", [
@@ -107,41 +103,41 @@ def test_instruction_parsing_keeps_predicate_and_modifiers():
     ("BAR", "sync"), ("DEPBAR", "sync"), ("USETMAXREG", "sync"), ("LDL", "local"), ("STL", "local"),
     ("IMAD", "other"), ("BRA", "other")])
 def test_groups(key, group):
-    assert compiler_sass.group_of(key) == group
+    assert record.group_of(key) == group
 
 
 def test_wgmma_histogram_and_groups():
-    instrs = sass("wgmma_tma")
-    hist = compiler_sass.histogram(instrs)
+    instrs = instrs_of("wgmma_tma")
+    hist = sass.histogram(instrs)
     for key in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "WARPGROUP", "USETMAXREG", "MUFU.EX2"):
         assert hist.get(key, 0) > 0, key
     assert "HMMA" not in hist and "NOP" not in hist
-    groups = compiler_sass.group_counts(hist)
-    assert list(groups) == list(compiler_sass.GROUP_ORDER)
+    groups = sass.group_counts(hist)
+    assert list(groups) == list(record.GROUP_ORDER)
     assert sum(groups.values()) == sum(hist.values())
     assert groups["tensor"] == hist["HGMMA"]
-    assert compiler_sass.tensor_shapes(instrs) == {"HGMMA.64x8x16.F32.BF16": hist["HGMMA"]}
+    assert sass.tensor_shapes(instrs) == {"HGMMA.64x8x16.F32.BF16": hist["HGMMA"]}
 
 
 def test_register_budgets_from_setmaxnreg():
-    assert compiler_sass.register_budgets(sass("wgmma_tma")) == {"alloc": [232], "dealloc": [40]}
-    assert compiler_sass.register_budgets(sass("mma_loop")) == {}
+    assert sass.register_budgets(instrs_of("wgmma_tma")) == {"alloc": [232], "dealloc": [40]}
+    assert sass.register_budgets(instrs_of("mma_loop")) == {}
 
 
 def test_spill_kernel_uses_local_memory():
-    groups = compiler_sass.group_counts(compiler_sass.histogram(sass("spill")))
+    groups = sass.group_counts(sass.histogram(instrs_of("spill")))
     assert groups["local"] > 0 and groups["tensor"] == 0
-    assert compiler_sass.main_loop(sass("spill")) is None  # no tensor-core loop
+    assert sass.main_loop(instrs_of("spill")) is None  # no tensor-core loop
 
 
 def test_main_loop_is_the_innermost_tensor_loop():
-    instrs = sass("wgmma_tma")
-    loop = compiler_sass.main_loop(instrs)
+    instrs = instrs_of("wgmma_tma")
+    loop = sass.main_loop(instrs)
     assert loop is not None
     back_edge = next(i for i in instrs if i.addr == loop.end)
-    assert compiler_sass.branch_target(back_edge) == loop.start
+    assert sass.branch_target(back_edge) == loop.start
     # The compiler unrolled the loop 4x: the unrolled body beats the remainder loop...
-    tensor_loops = [lp for lp in compiler_sass.loops(instrs) if lp.tensor]
+    tensor_loops = [lp for lp in sass.loops(instrs) if lp.tensor]
     assert loop.tensor == max(lp.tensor for lp in tensor_loops) == 16
     # ...and jumps back from the out-of-line barrier-retry blocks are no loops.
     assert all(not (i.opcode == "EXIT" and not i.pred) for lp in tensor_loops for i in lp.body)
@@ -150,12 +146,12 @@ def test_main_loop_is_the_innermost_tensor_loop():
 
 
 def test_main_loop_of_mma_kernel():
-    loop = compiler_sass.main_loop(sass("mma_loop"))
+    loop = sass.main_loop(instrs_of("mma_loop"))
     assert {"HMMA", "LDSM", "LDGSTS", "MUFU.EX2"} <= {i.key for i in loop.body}
 
 
-def _ins(addr: int, opcode: str, operands: str = "R0, R1, R2", pred: str = "") -> compiler_sass.Instr:
-    return compiler_sass.Instr(addr, pred, opcode, operands)
+def _ins(addr: int, opcode: str, operands: str = "R0, R1, R2", pred: str = "") -> sass.Instr:
+    return sass.Instr(addr, pred, opcode, operands)
 
 
 def test_main_loop_is_the_kv_loop_not_an_inner_gemm_loop():
@@ -164,26 +160,26 @@ def test_main_loop_is_the_kv_loop_not_an_inner_gemm_loop():
             _ins(0x30, "BRA", "0x10", "@P0"), _ins(0x40, "FMNMX"), _ins(0x50, "MUFU.EX2", "R3, R4"),
             _ins(0x60, "HMMA.16816.F32.BF16"), _ins(0x70, "HMMA.16816.F32.BF16"), _ins(0x80, "IADD3"),
             _ins(0x90, "BRA", "0x0", "@P1"), _ins(0xa0, "EXIT", "")]
-    loop = compiler_sass.main_loop(code)
+    loop = sass.main_loop(code)
     assert (loop.start, loop.end, loop.tensor) == (0x00, 0x90, 3)
     # A persistent tile loop around it (0x00..0xb0 here) does not win either.
     outer = code[:-1] + [_ins(0xa0, "HMMA.16816.F32.BF16"), _ins(0xb0, "BRA", "0x0", "@P2"), _ins(0xc0, "EXIT", "")]
-    assert (compiler_sass.main_loop(outer).start, compiler_sass.main_loop(outer).end) == (0x00, 0x90)
+    assert (sass.main_loop(outer).start, sass.main_loop(outer).end) == (0x00, 0x90)
 
 
-def _synthetic_loop(n: int, tensor_at: int, mufu_at: int) -> list[compiler_sass.Instr]:
+def _synthetic_loop(n: int, tensor_at: int, mufu_at: int) -> list[sass.Instr]:
     body = []
     for k in range(n):
         op = "HMMA.16816.F32.BF16" if k == tensor_at else "MUFU.EX2" if k == mufu_at else "IMAD"
-        body.append(compiler_sass.Instr(k * 16, "", op, "R0, R1, R2"))
-    body[-1] = compiler_sass.Instr((n - 1) * 16, "@P0", "BRA", "0x0")
+        body.append(sass.Instr(k * 16, "", op, "R0, R1, R2"))
+    body[-1] = sass.Instr((n - 1) * 16, "@P0", "BRA", "0x0")
     return body
 
 
 def test_listing_is_bounded_and_keeps_landmarks():
     body = _synthetic_loop(2000, 700, 1500)
-    lines = compiler_sass.listing(body)
-    assert len(lines) <= compiler_sass.LISTING_MAX
+    lines = sass.listing(body)
+    assert len(lines) <= sass.LISTING_MAX
     text = "\n".join(lines)
     assert body[0].text() in text and body[700].text() in text and body[1500].text() in text
     assert lines[-1] == body[-1].text()
@@ -191,7 +187,7 @@ def test_listing_is_bounded_and_keeps_landmarks():
     hidden = sum(int(line.split("...")[1].split()[0]) for line in lines if "not shown" in line)
     assert hidden + sum(1 for line in lines if "not shown" not in line) == 2000
     short = _synthetic_loop(50, 10, 20)
-    assert compiler_sass.listing(short) == [i.text() for i in short]
+    assert sass.listing(short) == [i.text() for i in short]
 
 
 # --- source lines ----------------------------------------------------------------------------------
@@ -199,12 +195,12 @@ def test_listing_is_bounded_and_keeps_landmarks():
 
 def test_line_info_maps_loop_to_source():
     text = fixture("wgmma_tma.nvdisasm.txt")
-    instrs = {"_Z9wgmma_tma9TensorMapS_if": sass("wgmma_tma")}
-    lines = compiler_lines.line_maps([text], instrs)["_Z9wgmma_tma9TensorMapS_if"]
+    instrs = {"_Z9wgmma_tma9TensorMapS_if": instrs_of("wgmma_tma")}
+    lines = line_info.line_maps([text], instrs)["_Z9wgmma_tma9TensorMapS_if"]
     assert {w[-1][0] for w in lines.values()} == {"wgmma_tma.cu"}  # absolute paths shortened
-    loop = compiler_sass.main_loop(instrs["_Z9wgmma_tma9TensorMapS_if"])
+    loop = sass.main_loop(instrs["_Z9wgmma_tma9TensorMapS_if"])
     source = fixture("wgmma_tma.cu").splitlines()
-    first, last = compiler_lines.span([i.addr for i in loop.body], lines, "wgmma_tma.cu")
+    first, last = line_info.span([i.addr for i in loop.body], lines, "wgmma_tma.cu")
     assert "for (int i = 0; i < n; ++i)" in "\n".join(source[first - 2:last])
     hgmma = next(i for i in loop.body if i.key == "HGMMA")
     at = lines[hgmma.addr][-1][1]  # a multi-line asm statement is attributed to its last line
@@ -213,18 +209,18 @@ def test_line_info_maps_loop_to_source():
 
 def test_line_info_of_another_cubin_is_rejected():
     text = fixture("wgmma_tma.nvdisasm.txt")
-    other = {"_Z9wgmma_tma9TensorMapS_if": sass("mma_loop")}  # same name, different code
-    assert compiler_lines.line_maps([text], other) == {}
+    other = {"_Z9wgmma_tma9TensorMapS_if": instrs_of("mma_loop")}  # same name, different code
+    assert line_info.line_maps([text], other) == {}
 
 
 def test_short_paths_and_labels():
-    assert compiler_lines.short_path("/r/kernels/attention/07_tma/kernel.cu") == "kernel.cu"
-    assert compiler_lines.short_path("/r/kernels/attention/07_tma/../common/tma.cuh") == "common/tma.cuh"
-    assert compiler_lines.short_path("/usr/local/cuda/include/cuda_bf16.hpp") == "cuda_bf16.hpp"
-    assert compiler_lines.label((("common/mma_sm80.cuh", 18), ("kernel.cu", 76))) == "common/mma_sm80.cuh:18 < kernel.cu:76"
-    assert compiler_lines.label((("kernel.cu", 76),)) == "kernel.cu:76"
+    assert line_info.short_path("/r/kernels/attention/07_tma/kernel.cu") == "kernel.cu"
+    assert line_info.short_path("/r/kernels/attention/07_tma/../common/tma.cuh") == "common/tma.cuh"
+    assert line_info.short_path("/usr/local/cuda/include/cuda_bf16.hpp") == "cuda_bf16.hpp"
+    assert line_info.label((("common/mma_sm80.cuh", 18), ("kernel.cu", 76))) == "common/mma_sm80.cuh:18 < kernel.cu:76"
+    assert line_info.label((("kernel.cu", 76),)) == "kernel.cu:76"
     through_header = (("sm_30_intrinsics.hpp", 449), ("common/mma_sm80.cuh", 26), ("kernel.cu", 111))
-    assert compiler_lines.label(through_header) == "common/mma_sm80.cuh:26 < kernel.cu:111"
+    assert line_info.label(through_header) == "common/mma_sm80.cuh:26 < kernel.cu:111"
 
 
 def test_stacked_line_comments_keep_the_inlined_chain():
@@ -234,7 +230,7 @@ def test_stacked_line_comments_keep_the_inlined_chain():
             "        /*0010*/                   LDSM.16.M88.4 R52, [R152] ;\n"
             '\t//## File "/r/kernels/attention/03_x/kernel.cu", line 96\n'
             "        /*0020*/                   NOP ;\n")
-    lines = compiler_lines.parse_line_info(text)["k"]
+    lines = line_info.parse_line_info(text)["k"]
     assert lines == {0x10: (("common/ldmatrix.cuh", 18), ("kernel.cu", 95)), 0x20: (("kernel.cu", 96),)}
 
 
@@ -250,16 +246,16 @@ def _facts(**over) -> dict:
 def test_diff_headline():
     prev = _facts()
     cur = _facts(registers=240, dynamic_smem=96 * 1024, opcodes={"HGMMA": 64, "UTMALDG": 4, "LDSM": 64, "IMAD": 3})
-    line = compiler_diff.headline(prev, cur)
+    line = changes.headline(prev, cur)
     assert line.startswith("registers 168 → 240 · spills 0 → 0 B · shared memory 0 B → 96 KiB · ")
     assert line.endswith("HMMA −512, HGMMA +64, UTMALDG +4")  # tensor first, then memory; IMAD left out
-    assert compiler_diff.opcode_deltas(prev, cur)[-1] == ("IMAD", -7)
-    same = compiler_diff.headline(prev, prev)
+    assert changes.opcode_deltas(prev, cur)[-1] == ("IMAD", -7)
+    same = changes.headline(prev, prev)
     assert "registers 168 → 168" in same and "same tensor" in same
 
 
 def test_signed_uses_a_real_minus():
-    assert (compiler_diff.signed(-512), compiler_diff.signed(64), compiler_diff.signed(0)) == ("−512", "+64", "0")
+    assert (changes.signed(-512), changes.signed(64), changes.signed(0)) == ("−512", "+64", "0")
 
 
 # --- kernel source -------------------------------------------------------------------------------
@@ -274,10 +270,10 @@ def test_dynamic_smem_from_describe_kernel():
     int describe(KernelInfo* info) {
         return describe_kernel(attention_kernel<false>, NUM_THREADS, SMEM_BYTES, BLOCK_M, BLOCK_N, info, err, errlen);
     }"""
-    assert compiler_source.dynamic_smem(src) == (132096, "SMEM_BYTES")
-    assert compiler_source.evaluate("(1 << 10) / 3", {}) == 341
-    assert compiler_source.evaluate("foo(3)", {}) is None
-    assert compiler_source.dynamic_smem("describe_kernel(k, 128, UNKNOWN, 64, 64, i, e, n)") == (None, "UNKNOWN")
+    assert producer.dynamic_smem(src) == (132096, "SMEM_BYTES")
+    assert cpp.evaluate("(1 << 10) / 3", {}) == 341
+    assert cpp.evaluate("foo(3)", {}) is None
+    assert producer.dynamic_smem("describe_kernel(k, 128, UNKNOWN, 64, 64, i, e, n)") == (None, "UNKNOWN")
 
 
 # --- facts files and the page --------------------------------------------------------------------
@@ -285,13 +281,13 @@ def test_dynamic_smem_from_describe_kernel():
 
 def _wgmma_facts(stage01) -> dict:
     stage = dataclasses.replace(stage01, kernel="wgmma_tma")
-    return compiler_facts.make_facts(stage, fixture("wgmma_tma.ptxas.txt"), fixture("wgmma_tma.sass.txt"), TOOLS,
+    return producer.make_facts(stage, fixture("wgmma_tma.ptxas.txt"), fixture("wgmma_tma.sass.txt"), TOOLS,
                                      [fixture("wgmma_tma.nvdisasm.txt")])
 
 
 def test_make_facts_is_deterministic(stage01):
-    a = compiler_facts.dumps(_wgmma_facts(stage01))
-    assert a == compiler_facts.dumps(_wgmma_facts(stage01))
+    a = record.dumps(_wgmma_facts(stage01))
+    assert a == record.dumps(_wgmma_facts(stage01))
     facts = json.loads(a)
     assert facts["source_hash"] == stage01.source_hash()
     assert facts["signature"].startswith("wgmma_tma")
@@ -302,30 +298,44 @@ def test_make_facts_is_deterministic(stage01):
     assert all("// wgmma_tma.cu:" in line for line in facts["loop"]["listing"] if "not shown" not in line)
 
 
-def test_section_states(tmp_path, monkeypatch, stage01):
-    monkeypatch.setattr(compiler_facts, "FACTS_DIR", tmp_path)
-    assert "No compiler facts yet" in compiler.compiler_section(stage01, None)
+def test_section_states(stage01):
+    def facts_of(facts):
+        return lambda stage: (facts.get(stage.name), record.problem(stage, facts.get(stage.name)))
+
+    assert "No compiler facts yet" in section.compiler_section(stage01, None, facts_of({}))
     facts = _wgmma_facts(stage01)
-    compiler_facts.write_if_changed(compiler_facts.facts_path(stage01), compiler_facts.dumps(facts))
-    page = compiler.compiler_section(stage01, None)
+    page = section.compiler_section(stage01, None, facts_of({stage01.name: facts}))
     assert "Stale" not in page and "HGMMA" in page and "<details" in page and "UTMALDG" in page
     assert page.count("<pre><code>") == 1
     prev = dataclasses.replace(stage01, number=0, slug="zero")
-    compiler_facts.write_if_changed(compiler_facts.facts_path(prev),
-                                    compiler_facts.dumps(facts | {"opcodes": {"HMMA": 8}, "registers": 100}))
-    diffed = compiler.compiler_section(stage01, prev)
+    known = {stage01.name: facts, prev.name: facts | {"opcodes": {"HMMA": 8}, "registers": 100}}
+    diffed = section.compiler_section(stage01, prev, facts_of(known))
     assert "**Against stage 00:** registers 100 → 232" in diffed and "HMMA −8" in diffed
-    facts["source_hash"] = "0" * 16
-    compiler_facts.write_if_changed(compiler_facts.facts_path(stage01), compiler_facts.dumps(facts))
-    assert "Stale compiler facts" in compiler.compiler_section(stage01, None)
-    table = compiler.overview_table([prev, stage01])
+    known[stage01.name] = facts | {"source_hash": "0" * 16}
+    assert "Stale compiler facts" in section.compiler_section(stage01, None, facts_of(known))
+    table = overview.overview_table([prev, stage01], facts_of(known))
     assert table.count("\n| [") == 2 and "†" in table
 
 
-def test_overview_without_facts(tmp_path, monkeypatch, stage01):
-    monkeypatch.setattr(compiler_facts, "FACTS_DIR", tmp_path)
-    table = compiler.overview_table([stage01], link=lambda s: f"stages/{s.name}/#compiler")
-    assert "(stages/01-baseline/#compiler) | — |" in table and "no compiler facts yet" in table
+def test_overview_without_facts(stage01):
+    table = overview.overview_table([stage01], lambda stage: (None, "missing"))
+    assert "(stages/01-baseline.md#compiler) | — |" in table and "no compiler facts yet" in table
+
+
+def test_facts_record_round_trip_and_errors_name_the_field(tmp_path, stage01):
+    facts = _wgmma_facts(stage01)
+    assert record.validate(facts) is facts
+    for mutate, field in [
+        (lambda f: f.update(registers=-1), "registers"),
+        (lambda f: f["loop"].update(start="start"), "loop.start"),
+        (lambda f: f["opcodes"].update(HMMA="many"), "opcodes"),
+        (lambda f: f.update(groups={"tensor": 1, "magic": 2}), "groups"),
+        (lambda f: f.pop("source_hash"), "source_hash"),
+    ]:
+        bad = json.loads(record.dumps(facts))
+        mutate(bad)
+        with pytest.raises(record.FactsError, match=rf"x.json: field '{re.escape(field)}'"):
+            record.validate(bad, "x.json")
 
 
 # --- the committed facts of the lineage ----------------------------------------------------------
@@ -338,18 +348,21 @@ def _committed() -> list[tuple[lineage.Stage, dict]]:
             stage = lineage.load_stage(folder)
         except lineage.SpecError:  # a stage still being written is the lineage tests' business
             continue
-        facts = compiler_facts.load(stage)
-        if facts is not None and compiler_facts.problem(stage, facts) is None:
+        facts = record.load(stage)
+        if facts is not None and record.problem(stage, facts) is None:
             out.append((stage, facts))
     return out
 
 
-def test_committed_facts_files_are_canonical():
-    names = {p.stem for p in compiler_facts.FACTS_DIR.glob("*.json")}
+def test_committed_facts_files_are_canonical_and_valid():
+    folder = record.folder_for(lineage.ATTENTION_DIR)
+    names = {p.stem for p in folder.glob("*.json")}
     stages = {p.name.replace("_", "-", 1) for p in lineage.ATTENTION_DIR.iterdir() if p.is_dir() and p.name != "common"}
     assert names <= stages, f"facts without a stage: {sorted(names - stages)}"
-    for path in sorted(compiler_facts.FACTS_DIR.glob("*.json")):
-        assert path.read_text() == compiler_facts.dumps(json.loads(path.read_text())), path
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert path.read_text() == record.dumps(data), path
+        record.validate(data, path)
 
 
 def test_wgmma_stages_use_hgmma():
@@ -368,7 +381,7 @@ def test_setmaxnreg_matches_the_roles():
 
 def test_shared_memory_matches_the_spec():
     for stage, facts in _committed():
-        reserved = compiler_diff.smem_bytes(facts)
+        reserved = changes.smem_bytes(facts)
         assert stage.smem_bytes <= reserved <= stage.smem_bytes + 2048, (
             f"stage {stage.name}: stage.toml buffers {stage.smem_bytes} B, the kernel reserves {reserved} B "
             "(static + dynamic)")

@@ -1,6 +1,6 @@
 """The committed compiler facts match a fresh build of every stage (needs nvcc and cuobjdump, no GPU).
 
-Run `python -m site_gen.compiler` and commit site_gen/data/compiler/ when this fails.
+Run `python -m hopattn.compiler` (or `nox -s facts`) and commit kernels/compiler_facts/ when this fails.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hopattn import build, lineage
-
-from site_gen import compiler_facts, compiler_tools
+from hopattn import build, cuda_tools, lineage
+from hopattn.compiler import facts as producer
+from hopattn.records import compiler_facts as record
 
 pytestmark = pytest.mark.nvcc
 
@@ -25,9 +25,9 @@ def _tools_or_skip() -> dict[str, str]:
     except build.BuildError:
         pytest.skip("nvcc not found (install the CUDA toolkit or pip's nvidia-cuda-nvcc)")
     for tool in ("cuobjdump", "nvdisasm"):
-        if compiler_tools.find_tool(tool) is None:
+        if cuda_tools.find(tool) is None:
             pytest.skip(f"{tool} not found (pip install nvidia-cuda-{tool})")
-    return compiler_facts.toolchain()
+    return producer.toolchain()
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def fresh() -> list[tuple[lineage.Stage, dict, dict | None]]:
     stages = lineage.discover()
     # Two stages at a time: the machines this runs on have two cores.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        facts = list(pool.map(lambda s: compiler_facts.collect(s, tools), stages))
-    return [(s, f, compiler_facts.load(s)) for s, f in zip(stages, facts)]
+        facts = list(pool.map(lambda s: producer.collect(s, tools), stages))
+    return [(s, f, record.load(s)) for s, f in zip(stages, facts)]
 
 
 def test_committed_ptxas_facts_match_a_fresh_build(fresh):
@@ -49,7 +49,7 @@ def test_committed_ptxas_facts_match_a_fresh_build(fresh):
         diff = [k for k in PTXAS_KEYS if old.get(k) != new.get(k)]
         if diff:
             bad.append(f"{stage.name}: {', '.join(f'{k} {old.get(k)!r} -> {new.get(k)!r}' for k in diff)}")
-    assert not bad, "stale compiler facts (run `python -m site_gen.compiler`):\n" + "\n".join(bad)
+    assert not bad, "stale compiler facts (run `python -m hopattn.compiler`):\n" + "\n".join(bad)
 
 
 def test_committed_sass_facts_match_a_fresh_build(fresh):
@@ -59,9 +59,9 @@ def test_committed_sass_facts_match_a_fresh_build(fresh):
             bad.append(f"{stage.name}: no committed facts")
         elif old.get("toolchain") != new["toolchain"]:
             other_tools.append(stage.name)
-        elif compiler_facts.dumps(old) != compiler_facts.dumps(new):
+        elif record.dumps(old) != record.dumps(new):
             bad.append(f"{stage.name}: SASS facts differ")
-    assert not bad, "stale compiler facts (run `python -m site_gen.compiler`):\n" + "\n".join(bad)
+    assert not bad, "stale compiler facts (run `python -m hopattn.compiler`):\n" + "\n".join(bad)
     if other_tools:
         pytest.skip(f"facts of {', '.join(other_tools)} were made with other tool releases "
                     f"({fresh[0][1]['toolchain']} here); their SASS was not compared")

@@ -1,8 +1,7 @@
 """The generated diagrams: interface, accessibility, byte stability, themes, speed.
 
-Most tests run on the fixture lineage under tests/fixtures/diagram_stages (18 stages, including
-the Hopper stages that do not exist yet: warp-specialised wgmma with 3 warpgroups, TMA,
-pingpong, causal); a few run on the real stages as well.
+They run on the real lineage, which has every shape the pictures draw: sm_80 mma.sync stages,
+TMA, wgmma, warp specialisation with 3 warpgroups, pingpong, persistent, causal.
 """
 
 from __future__ import annotations
@@ -20,65 +19,52 @@ from site_gen.diagrams.concepts import CONCEPTS
 from site_gen.diagrams.svg import PALETTE
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagram_stages"
 CSS = ROOT / "docs" / "assets" / "stylesheets" / "diagrams.css"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture(scope="module")
-def fixture_stages():
-    return lineage.discover(FIXTURES)
-
-
-@pytest.fixture(scope="module")
-def fixture_diagrams(fixture_stages):
-    return all_diagrams(fixture_stages)
-
-
-@pytest.fixture(scope="module")
-def real_stages():
+def stages():
     return lineage.discover()
 
 
-def test_fixture_lineage_has_the_hopper_shapes(fixture_stages):
-    assert [s.number for s in fixture_stages] == list(range(1, 19))
-    ws = fixture_stages[10]  # 11: warp specialisation
-    assert ws.warps == 12 and [len(r.warps) for r in ws.roles] == [4, 4, 4]
-    assert [r.registers for r in ws.roles] == [24, 240, 240]
-    assert {op.engine for op in ws.schedule} >= {"tma", "wgmma"}
-    assert fixture_stages[16].causal
+@pytest.fixture(scope="module")
+def diagrams(stages):
+    return all_diagrams(stages)
 
 
-def test_three_per_stage_plus_concepts_at_least_sixty(fixture_stages, fixture_diagrams):
-    assert len(fixture_diagrams) >= 60
-    numbers = {s.number for s in fixture_stages}
-    # A concept whose stage is not in the lineage is not emitted (the fixture lineage stops at 18).
-    assert len(fixture_diagrams) == 3 * len(fixture_stages) + sum(n in numbers for n, _ in CONCEPTS)
-    for s in fixture_stages:
-        kinds = [d.kind for d in fixture_diagrams if d.stage == s.number and d.kind != "concept"]
+def test_the_lineage_has_the_hopper_shapes(stages):
+    ws = [s for s in stages if [r.registers for r in s.roles] == [24, 240, 240]]
+    assert ws, "no warp-specialised stage (producer at setmaxnreg 24, two consumers at 240)"
+    assert ws[0].warps == 12 and [len(r.warps) for r in ws[0].roles] == [4, 4, 4]
+    assert {op.engine.split()[0] for op in ws[0].schedule} >= {"tma", "wgmma"}
+    assert any(s.causal for s in stages) and any(s.arch == "sm_80" for s in stages)
+
+
+def test_three_per_stage_plus_concepts_at_least_sixty(stages, diagrams):
+    assert len(diagrams) >= 60
+    numbers = {s.number for s in stages}
+    assert len(diagrams) == 3 * len(stages) + sum(n in numbers for n, _ in CONCEPTS)
+    for s in stages:
+        kinds = [d.kind for d in diagrams if d.stage == s.number and d.kind != "concept"]
         assert kinds == ["memory", "roles", "timeline"]
-    assert all(isinstance(d, Diagram) for d in fixture_diagrams)
-
-
-def test_real_stages_render(real_stages):
-    ds = all_diagrams(real_stages)
-    assert len(ds) == 3 * len(real_stages) + sum(1 for n, _ in CONCEPTS if n <= len(real_stages))
-    for d in ds:
+    assert all(isinstance(d, Diagram) for d in diagrams)
+    for d in diagrams:
         ET.fromstring(d.svg)
 
 
-def test_concepts_of_missing_stages_are_not_emitted(fixture_stages):
-    first3 = fixture_stages[:3]
+def test_concepts_of_missing_stages_are_not_emitted(stages):
+    first3 = stages[:3]
     ds = all_diagrams(first3)
     assert {d.stage for d in ds if d.kind == "concept"} == {1, 2, 3}
-    assert concept_diagrams(fixture_stages[0], first3)[0].id == "c-online-softmax"
+    assert concept_diagrams(stages[0], first3)[0].id == "c-online-softmax"
 
 
-def test_ids_unique_and_prefixed(fixture_diagrams):
-    ids = [d.id for d in fixture_diagrams]
+def test_ids_unique_and_prefixed(diagrams):
+    ids = [d.id for d in diagrams]
     assert len(ids) == len(set(ids))
     seen = set()
-    for d in fixture_diagrams:
+    for d in diagrams:
         root = ET.fromstring(d.svg)
         assert root.get("id") == d.id
         for el in root.iter():
@@ -91,8 +77,8 @@ def test_ids_unique_and_prefixed(fixture_diagrams):
             assert ref.startswith(d.id + "-")
 
 
-def test_accessible(fixture_diagrams):
-    for d in fixture_diagrams:
+def test_accessible(diagrams):
+    for d in diagrams:
         root = ET.fromstring(d.svg)
         assert root.get("role") == "img"
         title, desc = root[0], root[1]
@@ -104,10 +90,10 @@ def test_accessible(fixture_diagrams):
         assert d.caption.strip()
 
 
-def test_byte_stable_and_rounded(fixture_stages, fixture_diagrams):
-    again = all_diagrams(fixture_stages)
-    assert [d.svg for d in again] == [d.svg for d in fixture_diagrams]
-    for d in fixture_diagrams:
+def test_byte_stable_and_rounded(stages, diagrams):
+    again = all_diagrams(stages)
+    assert [d.svg for d in again] == [d.svg for d in diagrams]
+    for d in diagrams:
         long_floats = re.findall(r'="(-?\d+\.\d{3,})"', d.svg)
         assert not long_floats, (d.id, long_floats[:3])
         coords = re.findall(r' (?:x|y|x1|x2|y1|y2|width|height|cx|cy|r)="(-?\d+\.\d{2,})"', d.svg)
@@ -115,25 +101,25 @@ def test_byte_stable_and_rounded(fixture_stages, fixture_diagrams):
         assert not re.search(r'\bid="id\d+"', d.svg)  # svgwrite's global counter never used
 
 
-def test_colours_are_theme_variables(fixture_diagrams):
+def test_colours_are_theme_variables(diagrams):
     css = CSS.read_text()
     for key in PALETTE:
         assert css.count(f"--hd-{key}:") == 2, key  # default and slate
-    for d in fixture_diagrams:
+    for d in diagrams:
         for _attr, value in re.findall(r'\b(fill|stroke)="([^"]+)"', d.svg):
             assert value == "none" or re.fullmatch(r"var\(--hd-[a-z0-9]+, #[0-9a-f]{6}\)", value), (d.id, value)
 
 
-def test_text_is_text(fixture_diagrams):
-    for d in fixture_diagrams:
+def test_text_is_text(diagrams):
+    for d in diagrams:
         root = ET.fromstring(d.svg)
         assert root.get("font-family")
         assert len(list(root.iter(SVG_NS + "text"))) >= 5
         assert "<image" not in d.svg
 
 
-def test_standalone(fixture_diagrams):
-    d = fixture_diagrams[0]
+def test_standalone(diagrams):
+    d = diagrams[0]
     s = d.standalone
     assert s.startswith("<?xml")
     root = ET.fromstring(s.split("\n", 1)[1])
@@ -141,19 +127,19 @@ def test_standalone(fixture_diagrams):
     assert root[0].tag == SVG_NS + "title"
 
 
-def test_speed_of_an_eighteen_stage_site(fixture_stages):
+def test_speed_of_the_whole_lineage(stages):
     t = time.perf_counter()
-    ds = all_diagrams(fixture_stages)
+    ds = all_diagrams(stages)
     elapsed = time.perf_counter() - t
     assert len(ds) >= 60
     assert elapsed < 10, elapsed
 
 
-def test_independent_of_svgwrites_global_counter(fixture_stages, fixture_diagrams):
+def test_independent_of_svgwrites_global_counter(stages, diagrams):
     import svgwrite
 
     d = svgwrite.Drawing()
     for _ in range(7):
         d.add(d.rect()).get_id()  # advances the process-wide id counter
-    assert [x.svg for x in all_diagrams(fixture_stages[:4])] == [x.svg for x in fixture_diagrams
+    assert [x.svg for x in all_diagrams(stages[:4])] == [x.svg for x in diagrams
                                                                   if x.stage is not None and x.stage <= 4]

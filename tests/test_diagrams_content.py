@@ -6,29 +6,28 @@ import dataclasses
 import itertools
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from hopattn import lineage
 
 from site_gen.diagrams import engines, facts, schedule
-from site_gen.diagrams.concepts import CONCEPTS
+from site_gen.diagrams.concepts import CONCEPTS, scheduling
 from site_gen.diagrams.concepts.scheduling import causal_blocks, lpt, tile_shape, wgmma_smem_bytes_per_clk
 from site_gen.diagrams.memory import memory_diagram, plan
 from site_gen.diagrams.roles import roles_diagram
 from site_gen.diagrams.svg import fmt_bytes
 from site_gen.diagrams.timeline import iterations_for, timeline_diagram
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagram_stages"
 SVG_NS = "{http://www.w3.org/2000/svg}"
+STAGES = lineage.discover()
+BY_NUMBER = {s.number: s for s in STAGES}
+IDS = [s.name for s in STAGES]
 
 
-def _stages():
-    return lineage.discover(FIXTURES) + lineage.discover()
-
-
-STAGES = _stages()
-IDS = [f"{'fx' if FIXTURES in s.dir.parents else 'real'}{s.id}" for s in STAGES]
+def with_hints(stage, **hints):
+    """The stage with extra [diagram] hints: shapes the lineage does not have (yet), made from a real stage."""
+    raw = dict(stage.raw, diagram=dict(stage.raw.get("diagram", {}), **hints))
+    return dataclasses.replace(stage, raw=raw)
 
 
 def texts(svg: str) -> list[str]:
@@ -96,18 +95,20 @@ def test_timeline_draws_every_slot_and_states_the_prediction(stage):
 
 
 def test_durations_follow_the_rates():
-    s = lineage.load_stage(FIXTURES / "11_warp-specialization")
+    s = BY_NUMBER[16]  # two consumer warpgroups, K and V loaded by separate ops
     ops = {o.name: o for o in schedule.model_ops(s)}
-    # 64 rows x 128 keys x 128 dims x 2 at 989/132 TFLOP/s
-    assert schedule.duration(s, ops["qk0"]) == pytest.approx(2 * 64 * 128 * 128 / (989e12 / 132))
-    assert schedule.duration(s, ops["load_k"]) == pytest.approx(128 * 128 * 2 / (2 * 4.24e12 / 132))
-    base = lineage.load_stage(FIXTURES / "01_baseline")
+    # each consumer's half of the rows x block_n keys x head_dim x 2 at 989/132 TFLOP/s
+    rows = s.block_m // 2
+    assert schedule.duration(s, ops["qk0"]) == pytest.approx(2 * rows * s.block_n * s.head_dim / (989e12 / 132))
+    assert schedule.duration(s, ops["load_k"]) == pytest.approx(s.block_n * s.head_dim * 2 / (2 * 4.24e12 / 132))
+    base = BY_NUMBER[1]
     qk = {o.name: o for o in schedule.model_ops(base)}["qk"]
-    assert schedule.duration(base, qk) == pytest.approx(2 * 64 * 64 * 128 / (989e12 / 132 * 2 / 3))
+    assert schedule.duration(base, qk) == pytest.approx(
+        2 * base.block_m * base.block_n * base.head_dim / (989e12 / 132 * 2 / 3))
 
 
 def test_cyclic_schedule_is_reported():
-    s = lineage.load_stage(FIXTURES / "02_smem-tiles")
+    s = BY_NUMBER[2]
     ops = list(s.schedule)
     ops[0] = dataclasses.replace(ops[0], after=("pv",))  # load_k waits for its own iteration's pv
     bad = dataclasses.replace(s, schedule=tuple(ops))
@@ -139,16 +140,21 @@ def test_memory_bytes_are_spec_arithmetic(stage):
 
 
 def test_mechanisms_come_from_the_spec():
-    fx = {s.number: s for s in lineage.discover(FIXTURES)}
+    fx = BY_NUMBER
     assert facts.load_family(fx[1], "K") == "ld.global" and facts.fragment_family(fx[1]) == "ld.global"
-    assert facts.fragment_family(fx[3]) == "ldmatrix"
+    assert facts.fragment_family(fx[2]) == "ld.shared" and facts.fragment_family(fx[3]) == "ldmatrix"
     assert facts.load_family(fx[5], "K") == "cp.async"
     assert facts.load_family(fx[7], "K") == "tma" and facts.load_family(fx[7], "Q") == "tma"
-    assert facts.fragment_family(fx[8]) == "wgmma-desc" and facts.p_in_smem(fx[8])
-    assert not facts.p_in_smem(fx[9])
-    assert facts.o_path(fx[15]) == ["stmatrix", "tma-store"] and facts.o_path(fx[14]) == ["st.global"]
-    assert facts.cluster(fx[16]) == 2 and facts.cluster(fx[15]) == 1
-    labels = [a.lines[0] for a in plan(fx[16])["K"]["arrows"] if a.lines]
+    assert facts.p_in_smem(fx[8]) and not facts.p_in_smem(fx[9])
+    assert facts.o_path(fx[15]) == ["st.shared", "tma-store"] and facts.o_path(fx[14]) == ["st.global"]
+    assert facts.persistent(fx[14]) and not facts.persistent(fx[13])
+    # without a [movement] hint, a wgmma stage reads its operands through descriptors
+    bare = dataclasses.replace(fx[8], raw={k: v for k, v in fx[8].raw.items() if k != "movement"})
+    assert facts.fragment_family(bare) == "wgmma-desc"
+    # a 2-CTA cluster multicasting K/V (no stage has one; the diagrams draw it all the same)
+    clustered = with_hints(fx[16], cluster=2)
+    assert facts.cluster(clustered) == 2 and facts.cluster(fx[16]) == 1
+    labels = [a.lines[0] for a in plan(clustered)["K"]["arrows"] if a.lines]
     assert "TMA multicast ×2" in labels
 
 
@@ -166,8 +172,8 @@ def test_tile_shape_bytes_per_clock():
     # SS m64nNk16: (2 KB of Q + 32 N bytes of K) per N/2 clocks at 4096 FLOP/clk; RS reads V alone.
     assert [wgmma_smem_bytes_per_clk(n) for n in (64, 128, 256)] == [128, 96, 80]
     assert wgmma_smem_bytes_per_clk(128, a_in_smem=False) == 64
-    assert (16, "scheduling.tile_shape") in CONCEPTS
-    assert not any("cluster" in dotted for _, dotted in CONCEPTS)
+    assert (16, scheduling.tile_shape) in CONCEPTS
+    assert not any("cluster" in build.__name__ for _, build in CONCEPTS)
 
 
 def test_tile_shape_diagram_states_the_numbers():
@@ -190,7 +196,7 @@ def test_longest_first_beats_launch_order():
 
 
 def test_an_op_may_declare_its_rows():
-    s = lineage.load_stage(FIXTURES / "10_two-warpgroups")
+    s = BY_NUMBER[10]
     raw = dict(s.raw)
     raw["schedule"] = [dict(e, rows=32) if e["op"] == "qk0" else e for e in s.raw["schedule"]]
     s2 = dataclasses.replace(s, raw=raw)

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from hopattn import lineage, results
-from hopattn.results import ResultsError
+from hopattn import lineage
+from hopattn.records import results
+from hopattn.records.results import ResultsError
 
 RUN_ID = "20261129T153000Z"
 
@@ -185,23 +186,22 @@ def test_gpu_slug():
     assert results.gpu_slug("  GeForce RTX 4090 (laptop) ") == "geforce-rtx-4090-laptop"
 
 
-class FakeStage:
-    def __init__(self, h):
-        self.h = h
-
-    def source_hash(self):
-        return self.h
-
-
 def test_is_stale():
     entry = make_entry(source_hash="5cfbaa35cc7e3b3a")
-    assert not results.is_stale(entry, FakeStage("5cfbaa35cc7e3b3a"))
-    assert results.is_stale(entry, FakeStage("0000000000000000"))
+    assert not results.is_stale(entry, "5cfbaa35cc7e3b3a")
+    assert results.is_stale(entry, "0000000000000000")
     peer = make_entry(kind="peer", name="fa4", source_hash=None)
-    assert not results.is_stale(peer, FakeStage("0000000000000000"))
+    assert not results.is_stale(peer, "0000000000000000")
 
 
 def test_is_stale_with_real_stage():
     stage = lineage.discover()[0]
-    assert not results.is_stale(make_entry(source_hash=stage.source_hash()), stage)
-    assert results.is_stale(make_entry(source_hash="0" * 16), stage)
+    assert not results.is_stale(make_entry(source_hash=stage.source_hash()), stage.source_hash())
+    assert results.is_stale(make_entry(source_hash="0" * 16), stage.source_hash())
+
+
+def test_committed_results_are_valid_and_canonical():
+    for path in sorted((lineage.ATTENTION_DIR.parent.parent / "bench" / "results").glob("*.json")):
+        data = results.load_results(path)
+        assert path.read_text() == results.to_json(results.normalize(data)), path
+

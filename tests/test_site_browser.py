@@ -115,7 +115,7 @@ def _check_site(browser, site_dir, stage_pages):
 
 def test_fixture_site_in_browser(browser, site_root):
     _build(site_root, site_root / "site")
-    _check_site(browser, site_root / "site", ["stages/01-naive/", "stages/02-tiled/", "stages/03-fast/"])
+    _check_site(browser, site_root / "site", ["stages/01-baseline/", "stages/02-smem-tiles/", "stages/03-ldmatrix/"])
 
 
 def test_real_site_in_browser(browser, tmp_path):

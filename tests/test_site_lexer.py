@@ -1,6 +1,6 @@
 """The CUDA-aware lexer: CUDA words get keyword/builtin classes, and lines split after lexing."""
 
-from site_gen.lexer import highlight_lines
+from site_gen.diff_section.lexer import highlight_lines
 
 SRC = """/* block comment
    over two lines */

@@ -1,84 +1,87 @@
-"""Benchmark tables and the progression chart, from the fixture results."""
+"""Benchmark tables and the progression chart, from the fixture site's results (the committed
+numbers of its three real stages)."""
 
-from conftest import FIXTURES
+import pytest
 from hopattn import lineage
+from hopattn.records import results
 
-from site_gen import numbers, plots, results_io
-
-
-def fixture_inputs():
-    stages = lineage.discover(FIXTURES / "lineage")
-    nums = numbers.load_numbers(results_io.load_all(FIXTURES / "results"))[0]
-    hashes = {s.id: s.source_hash() for s in stages}
-    return stages, nums, hashes
+from site_gen.benchmark_section import chart, tables
 
 
-def test_stage_table_ratios_and_stale_mark():
-    stages, nums, hashes = fixture_inputs()
-    fresh = numbers.stage_table(stages[0], None, hashes, nums)
-    assert "stale" not in fresh and "| 4k | **100.0**" in fresh and "0.16×" in fresh
-    stale = numbers.stage_table(stages[1], stages[0], hashes, nums)
-    assert "hd-stale" in stale and hashes["02"] in stale
-    assert "| vs 01 |" in stale and "2.00×" in stale  # 200 vs 100 TFLOP/s
-    skipped = numbers.stage_table(stages[2], stages[1], hashes, nums)
-    assert "skipped" in skipped and "no causal path" in skipped
+@pytest.fixture
+def inputs(site_root):
+    stages = lineage.discover(site_root / "kernels" / "attention")
+    nums = results.load_indexed(site_root / "bench" / "results")[0]
+    return stages, nums, {s.id: s.source_hash() for s in stages}
 
 
-def test_overview_tables_list_every_stage_and_the_references():
-    stages, nums, hashes = fixture_inputs()
-    md = numbers.overview_tables(stages, hashes, nums)
+def test_stage_table_numbers_ratios_and_stale_mark(inputs):
+    stages, nums, hashes = inputs
+    first = nums.stage("01", "8k", False)
+    fresh = tables.stage_table(stages[0], None, hashes, nums)
+    assert "stale" not in fresh and f"| 8k | **{first['tflops']:.1f}**" in fresh
+    assert f"{first['ratios']['fa4']:.2f}×" in fresh
+    second = nums.stage("02", "8k", False)
+    table = tables.stage_table(stages[1], stages[0], hashes, nums)
+    assert "| vs 01 |" in table and f"{second['tflops'] / first['tflops']:.2f}×" in table
+    assert "hd-stale" not in table
+    old = dict(hashes, **{"02": "0" * 16})  # as if stage 02 had changed since it was measured
+    stale = tables.stage_table(stages[1], stages[0], old, nums)
+    assert "hd-stale" in stale and "0" * 16 in stale
+    assert "| 8k causal | skipped |" in table and "no causal support" in table
+
+
+def test_overview_tables_list_every_stage_and_the_references(inputs):
+    stages, nums, hashes = inputs
+    md = tables.overview_tables(stages, hashes, nums)
     for s in stages:
         assert f"(stages/{s.name}.md)" in md
     assert "FlashAttention-4 (CuTe DSL)" in md and "cuDNN (torch SDPA)" in md
-    assert md.count("**Causal**") == 1
+    # no fixture stage has a causal path: one sentence with the peers' causal numbers for reference
+    assert "**Causal**: no stage has a measured causal number yet. For reference, causal TFLOP/s" in md
 
 
-def test_environment_names_gpu_and_software():
-    _, nums, _ = fixture_inputs()
-    env = numbers.environment(nums)
-    for text in ("NVIDIA H200", "132 SMs", "CUDA 13.0", "torch 2.11.0+cu130", "cuDNN 91900", "power limit 700 W"):
+def test_environment_names_gpu_and_software(inputs):
+    _, nums, hashes = inputs
+    env = tables.environment(nums)
+    run = next(iter(nums.data["runs"].values()))["environment"]
+    for text in (run["gpu_name"], f"{run['sm_count']} SMs", f"CUDA {run['cuda']}", f"torch {run['torch']}"):
         assert text in env
+    assert "Sources:" not in env
+    assert "3 of the 3 stages it timed match today's sources" in tables.environment(nums, hashes)
+    assert "0 of the 3 stages" in tables.environment(nums, {k: "0" * 16 for k in hashes})
 
 
-def test_chart_is_deterministic_svg():
-    stages, nums, _ = fixture_inputs()
-    data = plots.progression_data(stages, nums)
+def test_chart_is_deterministic_svg(inputs):
+    stages, nums, _ = inputs
+    data = chart.progression_data(stages, nums)
     assert [x for x, _ in data["series"][False]["8k"]] == [1, 2, 3]
-    assert [x for x, _ in data["series"][True]["8k"]] == [1, 2]  # stage 03 skipped causal
-    a, b = plots.progression_svg(data), plots.progression_svg(data)
+    assert data["series"][True] == {}  # every causal entry skipped
+    a, b = chart.progression_svg(data), chart.progression_svg(data)
     assert a == b and a.lstrip().startswith("<?xml") and "<svg" in a
     assert "dc:date" not in a
 
 
 def test_no_numbers_no_chart():
-    assert plots.progression_svg({"series": {False: {}, True: {}}, "refs": {False: {}, True: {}}, "stages": []}) is None
+    assert chart.progression_svg({"series": {False: {}, True: {}}, "refs": {False: {}, True: {}}, "stages": []}) is None
 
 
-def test_ratio_to_previous_stage_from_another_run_is_marked():
-    stages, nums, hashes = fixture_inputs()
-    same = numbers.stage_table(stages[1], stages[0], hashes, nums)
-    assert "hd-cross-run" not in same
+def test_ratio_to_previous_stage_from_another_run_is_marked(inputs):
+    stages, nums, hashes = inputs
+    assert "hd-cross-run" not in tables.stage_table(stages[1], stages[0], hashes, nums)
     for e in nums.data["results"]:
         if e["kind"] == "stage" and e["name"] == "02":
             e["run_id"] = "another-run"
-    crossed = numbers.stage_table(stages[1], stages[0], hashes, nums)
+    crossed = tables.stage_table(stages[1], stages[0], hashes, nums)
     assert "hd-cross-run" in crossed and "timed in different runs" in crossed
 
 
-def test_causal_table_folds_stages_without_a_causal_path_into_one_sentence():
-    stages, nums, hashes = fixture_inputs()
-    md = numbers.overview_tables(stages, hashes, nums)
+def test_causal_stages_without_a_path_fold_into_one_sentence():
+    stages = lineage.discover()  # the real lineage: only its later stages have a causal path
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    md = tables.overview_tables(stages, {s.id: s.source_hash() for s in stages}, nums)
     causal = md[md.index("**Causal**"):]
-    assert f"(stages/{stages[2].name}.md)" not in causal  # stage 03 only ever skipped causal
-    assert "Stage 03 has no causal path" in causal
-    assert numbers._id_ranges(["01", "02", "03", "07", "09", "10"]) == "01–03, 07, 09–10"
-
-
-def test_environment_counts_stages_timed_on_todays_sources():
-    stages, nums, hashes = fixture_inputs()
-    assert "Sources:" not in numbers.environment(nums)
-    env = numbers.environment(nums, hashes)
-    timed = {e["name"]: e["source_hash"] for e in nums.data["results"] if e.get("kind") == "stage"}
-    same = sum(hashes.get(k) == h for k, h in timed.items())
-    assert same < len(timed)  # the fixture has a stale stage
-    assert f"{same} of the {len(timed)} stages it timed match today's sources" in env
+    without = [s for s in stages if not s.causal]
+    assert f"Stages {tables._id_ranges([s.id for s in without])} have no causal path" in causal
+    assert all(f"(stages/{s.name}.md)" not in causal for s in without)
+    assert tables._id_ranges(["01", "02", "03", "07", "09", "10"]) == "01–03, 07, 09–10"

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from hopattn import lineage
+from hopattn import cpp, lineage
 
 STAGES = lineage.discover()
 
@@ -70,4 +70,20 @@ def test_source_hash_follows_headers(tmp_path):
 
 def test_constants_parser_evaluates_expressions():
     src = "constexpr int A = 4;\n  constexpr int B = A * (3 + 1) / 2;\nconstexpr int C = f(A);\n"
-    assert lineage.parse_constants(src) == {"A": 4, "B": 8}
+    assert cpp.constants(src) == {"A": 4, "B": 8}
+
+
+def test_source_hash_does_not_depend_on_where_the_lineage_is(tmp_path):
+    import shutil
+
+    stage = STAGES[1]
+    shutil.copytree(lineage.ATTENTION_DIR / "common", tmp_path / "common")
+    shutil.copytree(stage.dir, tmp_path / stage.dir.name)
+    assert lineage.load_stage(tmp_path / stage.dir.name).source_hash() == stage.source_hash()
+
+
+def test_parse_selection():
+    assert lineage.parse_selection("1,3-4 7", [1, 2, 3, 4, 7]) == [1, 3, 4, 7]
+    assert lineage.select(STAGES, []) == STAGES and [s.number for s in lineage.select(STAGES, ["2-3"])] == [2, 3]
+    with pytest.raises(ValueError, match="runs backwards"):
+        lineage.parse_selection("4-3", [3, 4])

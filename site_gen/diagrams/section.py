@@ -20,9 +20,8 @@ def figures(diagrams: list[Diagram], site, depth: int) -> str:
     return "\n".join(out)
 
 
-def stage_section(stage, diagrams: list[Diagram], site) -> str:
+def stage_section(stage, mine: list[Diagram], site) -> str:
     """The body of ## Diagrams: a placeholder for the figures, which are spliced in after Markdown."""
-    mine = [d for d in diagrams if d.stage == stage.number]
     if not mine:
         return "This stage has no diagrams.\n"
     # stage pages are docs/stages/NN-slug.md, served as /stages/NN-slug/: two levels down
