@@ -27,14 +27,15 @@ class CaseFailed(AssertionError):
 
 
 class Worker:
-    def __init__(self, log: Path):
+    def __init__(self, log: Path, cases: str = "gpu_cases"):
+        self.cases = cases  # the module whose functions the worker runs
         self.log = Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._proc = None
         self._conn = None
 
     def call(self, function: str, *, label: str, timeout: float = DEFAULT_CASE_S, **kwargs):
-        """Runs gpu_cases.<function>(**kwargs) in the worker; returns its result or raises CaseFailed."""
+        """Runs <cases>.<function>(**kwargs) in the worker; returns its result or raises CaseFailed."""
         self._ensure_started()
         self._write(f"start {label}")
         started = time.monotonic()
@@ -69,7 +70,7 @@ class Worker:
             return
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no CUDA state inherited
         self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve, args=(child,), name="hopattn-gpu-worker", daemon=True)
+        self._proc = context.Process(target=_serve, args=(child, self.cases), name="hopattn-gpu-worker", daemon=True)
         self._proc.start()
         child.close()
         if not self._conn.poll(STARTUP_S):
@@ -95,12 +96,13 @@ class Worker:
             os.fsync(f.fileno())
 
 
-def _serve(conn) -> None:
+def _serve(conn, cases: str) -> None:
     """The worker's loop: run each case it is sent, answer ("ok", result), ("fail", message) for a
     failed check, or ("error", traceback) for anything else."""
-    import gpu_cases  # noqa: PLC0415  (imports torch and initialises CUDA in this process only)
+    import importlib
 
-    gpu_cases.initialise()
+    module = importlib.import_module(cases)  # gpu_cases imports torch and initialises CUDA here only
+    module.initialise()
     conn.send("ready")
     while True:
         request = conn.recv()
@@ -108,7 +110,7 @@ def _serve(conn) -> None:
             return
         function, kwargs = request
         try:
-            conn.send(("ok", getattr(gpu_cases, function)(**kwargs)))
+            conn.send(("ok", getattr(module, function)(**kwargs)))
         except AssertionError as err:
             conn.send(("fail", str(err)))
         except Exception:  # noqa: BLE001  (reported to the test, which fails naming the case)
