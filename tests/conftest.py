@@ -5,7 +5,9 @@ The packages are imported as installed (`pip install -e .`); nothing here edits 
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,32 @@ def make_site(root: Path, stages=FIXTURE_STAGES, with_results: bool = True) -> P
 @pytest.fixture
 def site_root(tmp_path) -> Path:
     return make_site(tmp_path / "repo")
+
+
+# --- GPU cases: run in a watchdog worker process (gpu_watchdog.py), never in this one -----------
+
+GPU_SEED = int(os.environ.get("HOPATTN_TEST_SEED", time.time_ns() % 2**31))
+
+
+def pytest_report_header(config):
+    return [f"hopattn GPU cases: seed {GPU_SEED} (HOPATTN_TEST_SEED repeats a run); every case is logged, "
+            f"before its launch, to {gpu_log_path()}"]
+
+
+def gpu_log_path() -> Path:
+    return Path(os.environ.get("HOPATTN_GPU_LOG", REPO / "build" / "gpu-tests.log"))
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """The watchdog worker: `gpu.call("check", label=..., stage=..., ...)` runs a case of gpu_cases.py
+    in a separate process with a time limit. The stages are compiled first, here (no GPU needed),
+    so that no case's limit includes nvcc."""
+    from gpu_watchdog import Worker
+    from hopattn import build
+
+    build.build_stages()
+    build.build_native()
+    worker = Worker(gpu_log_path())
+    yield worker
+    worker.close()

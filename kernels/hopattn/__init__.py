@@ -3,9 +3,18 @@
 ``from hopattn import attention`` gives the kernel API (needs torch); ``hopattn.lineage`` (the
 stages and their specs) and ``hopattn.results`` (the benchmark results file) need only the standard
 library, so the documentation site builds without torch.
+
+The custom ops ``torch.ops.hopattn.attention`` and ``attention_out`` are registered by
+``hopattn.api``: on ``import hopattn`` when torch is already imported, else on first use of
+``hopattn.attention`` (or ``import hopattn.api``).
 """
 
+import sys
+
 __all__ = ["attention", "stage_info", "stages", "final_stage"]
+
+if "torch" in sys.modules:  # the caller uses torch: register the ops now, so torch.ops.hopattn.* exist
+    from . import api  # noqa: F401
 
 
 def __getattr__(name):

@@ -89,6 +89,19 @@ class Stage:
     smem: tuple[SmemBuffer, ...]
     schedule: tuple[ScheduleOp, ...]
     raw: dict = field(repr=False, compare=False, hash=False)
+    gqa: bool = False  # k and v may have fewer heads than q (a divisor of q's), read without a copy
+    lse: bool = False  # can return the log-sum-exp of each query row
+
+    @property
+    def persistent(self) -> bool:
+        """A grid of one CTA per SM that loops over output tiles (no grid.y / grid.z limits)."""
+        return self.raw.get("launch", {}).get("grid") == "num_sms"
+
+    @property
+    def strided(self) -> bool:
+        """Reads and writes through the caller's (batch, head, row) strides: the 4-D tensor maps of
+        the stages that read BSHD in place. The others need contiguous tensors."""
+        return "bshd" in self.layouts
 
     @property
     def id(self) -> str:
@@ -275,6 +288,8 @@ def load_stage(folder: Path) -> Stage:
                              check=lambda v: v and all(x in LAYOUTS for x in v)),
         tails=supports.get("tails", bool, "true or false"),
         roles=tuple(roles), smem=tuple(smem), schedule=tuple(schedule), raw=data,
+        gqa=supports.get("gqa", bool, "true or false", default=False),
+        lse=supports.get("lse", bool, "true or false", default=False),
     )
 
 

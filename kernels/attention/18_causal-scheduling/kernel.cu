@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 load_tile<BLOCK_N>(tiles + b * KV_TILE_BYTES, map, row, head, batch, full + 8 * b);
             };
             int it = 0;
-            int v_row = 0, v_head = 0, v_batch = 0;  // the V tile not issued yet, one behind K: issued after K(it + 1)
+            // The V tile not issued yet (v_row < 0: none), one behind K: issued after K(it + 1).
+            int v_row = -1, v_head = 0, v_batch = 0;
             int local = 0;  // output tiles with work this CTA has started: Q buffer local % Q_STAGES
             for (int n = 0, out_tile = blockIdx.x;; ++n) {
                 // Publish the tile (or -1: none left) in slot n % 2, once the consumers have read
@@ -240,6 +241,14 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // to the consumers' waits.
                 // (A computed order needs no ring: the consumers compute the same ids.)
                 if constexpr (!COMPUTED_ORDER) {
+                    // First the V still held back: the consumers cannot finish the last tile, and so
+                    // cannot read the ids that free this slot, without it. (Held back across the ids
+                    // of two empty tiles, it deadlocked: see notes.md.) Every wait of the producer is
+                    // then for consumer work whose loads have all been issued.
+                    if (v_row >= 0) {
+                        load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                        v_row = -1;
+                    }
                     const int slot = n % SCHED_STAGES;
                     if (n >= SCHED_STAGES) mbarrier_wait(sched_empty + 8 * slot, (n / SCHED_STAGES - 1) & 1);
                     st_shared_b32(tile_ids + 4 * slot, out_tile < num_out_tiles ? out_tile : -1);
@@ -267,11 +276,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // wait holds up a load whose buffer is already free.
                 for (int tile = 0; tile < t.kv_tiles; ++tile, ++it) {
                     load_kv(&k_map, k_tiles, k_full, k_empty, k_empty_phase, it, tile * BLOCK_N, t.head, t.batch);
-                    if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                    if (v_row >= 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
                     v_row = tile * BLOCK_N, v_head = t.head, v_batch = t.batch;
                 }
             }
-            if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+            if (v_row >= 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
         }
         return;  // the producer's branch ends here: no code below runs in both roles
     }

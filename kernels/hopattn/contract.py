@@ -1,0 +1,198 @@
+"""What a stage can read, checked before anything is launched: the one place every entry point goes
+through (``hopattn.attention`` and the custom ops ``torch.ops.hopattn.*``, eager, traced and
+compiled alike).
+
+Two passes:
+
+- ``check_call`` looks only at what a traced (fake) tensor has too — dtype, device, rank, shape,
+  strides — so ``torch.compile`` reports a bad call while it traces, and the fake implementation of
+  the op agrees with the real one;
+- ``check_memory`` looks at the real pointers just before a launch: alignment for the 16-byte loads
+  and the copy engine, and an ``out`` that overlaps an input.
+
+Each error names the argument, what was expected, and what to pass instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .lineage import Stage
+
+HEAD_DIM = 128
+ALIGN_BYTES = 16  # 16-byte vector loads (stages 01-06), cp.async (05-06), the TMA (07 on)
+_STRIDE_ELEMS = ALIGN_BYTES // 2  # bf16: strides in multiples of 8 elements keep every row aligned
+_GRID_LIMIT = 65535  # non-persistent stages put heads and batch on grid.y and grid.z
+_INT_LIMIT = 2**31 - 1  # lengths, batch and heads travel as int32
+
+
+@dataclass(frozen=True)
+class Call:
+    """A checked call: the stage, the axes of the layout, and the sizes the kernel is launched with."""
+
+    stage: Stage
+    layout: str
+    causal: bool
+    scale: float
+    batch: int
+    heads: int  # query heads
+    kv_heads: int
+    len_q: int
+    len_k: int
+
+    @property
+    def seq_axis(self) -> int:
+        return 2 if self.layout == "bhsd" else 1
+
+    @property
+    def head_axis(self) -> int:
+        return 1 if self.layout == "bhsd" else 2
+
+    @property
+    def nothing_to_compute(self) -> bool:
+        """No output element (an empty batch, no heads or no queries): nothing is launched."""
+        return self.batch == 0 or self.heads == 0 or self.len_q == 0
+
+    @property
+    def no_keys(self) -> bool:
+        """len_k = 0: every row sees no key, so the output is 0 (the causal convention's empty row)."""
+        return self.len_k == 0
+
+    def strides(self, t: torch.Tensor) -> tuple[int, int, int]:
+        """(batch, head, row) strides in elements for the kernel. An axis of size 1 is never stepped
+        along, so its stride is whatever torch left there; it is replaced by a valid one (the copy
+        engine checks every stride, used or not)."""
+        sizes = (t.shape[0], t.shape[self.head_axis], t.shape[self.seq_axis])
+        strides = [t.stride(0), t.stride(self.head_axis), t.stride(self.seq_axis)]
+        for i in (2, 1, 0):  # innermost first, so a replacement can build on the one inside it
+            if sizes[i] == 1:
+                inner = strides[i + 1] * sizes[i + 1] if i < 2 else HEAD_DIM
+                strides[i] = max(inner, _STRIDE_ELEMS)
+        return tuple(strides)
+
+
+def stage_choices(stages: dict[int, Stage]) -> str:
+    return f"one of {sorted(stages)} (an int), or None for the final stage"
+
+
+def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Call:
+    """Every check that needs no data pointer. Raises TypeError or ValueError naming the argument."""
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(f"layout: expected 'bhsd' ([B, H, L, 128]) or 'bshd' ([B, L, H, 128]), got {layout!r}")
+    if layout not in stage.layouts:
+        raise ValueError(f"layout: stage {stage.id} reads {' and '.join(repr(x) for x in stage.layouts)} only, got "
+                         f"{layout!r}: pass tensors in BHSD order, or use stage 17 or later, which reads BSHD in place")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    if causal and not stage.causal:
+        raise ValueError(f"causal: stage {stage.id} is non-causal only (the causal mask arrives in stage 17)")
+    names = {"q": q, "k": k, "v": v} if out is None else {"q": q, "k": k, "v": v, "out": out}
+    for name, t in names.items():
+        _check_tensor(name, t, layout)
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"k, v: expected the device of q ({q.device}), got {k.device} and {v.device}")
+    seq_axis, head_axis = (2, 1) if layout == "bhsd" else (1, 2)
+    batch, heads, len_q = q.shape[0], q.shape[head_axis], q.shape[seq_axis]
+    kv_heads, len_k = k.shape[head_axis], k.shape[seq_axis]
+    if k.shape != v.shape:
+        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if k.shape[0] != batch:
+        raise ValueError(f"k: expected batch {batch} as in q, got shape {tuple(k.shape)}")
+    if kv_heads != heads:
+        if not getattr(stage, "gqa", False):
+            raise ValueError(f"k: expected {heads} heads as in q, got shape {tuple(k.shape)} ({layout.upper()}); "
+                             f"stage {stage.id} has no grouped-query attention: repeat k and v to {heads} heads "
+                             f"(repeat_interleave on the head axis)")
+        if kv_heads == 0 or heads % kv_heads:
+            raise ValueError(f"k: grouped-query attention needs q's {heads} heads to be a multiple of k's and v's, "
+                             f"got {kv_heads} in shape {tuple(k.shape)}")
+    for name, t in names.items():
+        _check_strides(name, t, stage, layout)
+    if out is not None:
+        if out.shape != q.shape or out.device != q.device:
+            raise ValueError(f"out: expected a torch.bfloat16 tensor of shape {tuple(q.shape)} on {q.device}, got "
+                             f"{tuple(out.shape)} on {out.device}")
+        if torch._debug_has_internal_overlap(out) != 0:
+            raise ValueError(f"out: its elements overlap each other (strides {out.stride()}): pass a contiguous out")
+    for what, value in (("batch", batch), ("heads", heads), ("len_q", len_q), ("len_k", len_k)):
+        if value > _INT_LIMIT:
+            raise ValueError(f"q: {what} must be below 2^31, got {value}")
+    if not stage.persistent and (batch > _GRID_LIMIT or heads > _GRID_LIMIT):
+        raise ValueError(f"q: stage {stage.id} launches one block row per (batch, head): batch and heads must each "
+                         f"be at most {_GRID_LIMIT}, got shape {tuple(q.shape)} (stages 14 and later have no such limit)")
+    if not stage.tails:
+        if len_q % stage.block_m:
+            raise ValueError(f"q: stage {stage.id} needs the query length to be a multiple of {stage.block_m}, got "
+                             f"{len_q} (stage 17 and later take any length)")
+        if len_k % stage.block_n:
+            raise ValueError(f"k: stage {stage.id} needs the key length to be a multiple of {stage.block_n}, got "
+                             f"{len_k} (stage 17 and later take any length)")
+    return Call(stage, layout, causal, check_scale(scale), batch, heads, kv_heads, len_q, len_k)
+
+
+def check_memory(call: Call, q, k, v, out) -> None:
+    """The checks that need the real tensors: alignment, and an out that overlaps an input."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t.numel() and t.data_ptr() % ALIGN_BYTES:
+            raise ValueError(f"{name}: the kernels read and write rows with {ALIGN_BYTES}-byte accesses and need a "
+                             f"{ALIGN_BYTES}-byte aligned data pointer, got one {t.data_ptr() % ALIGN_BYTES} bytes past "
+                             f"a boundary (a view at element offset {t.storage_offset()}?): pass {name}.clone()")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if _overlaps(out, t):
+            raise ValueError(f"out: must not share memory with {name} (the kernel reads {name} while writing out)")
+
+
+def _check_tensor(name: str, t, layout: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name}: expected dtype torch.bfloat16, got {t.dtype} (pass {name}.bfloat16(); the "
+                        f"kernels are bf16 only)")
+    if t.device.type not in ("cuda", "meta"):
+        raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device} (pass {name}.cuda())")
+    if t.dim() != 4:
+        raise ValueError(f"{name}: expected a 4-d tensor {layout.upper()}, got {t.dim()}-d of shape {tuple(t.shape)}")
+    if t.shape[3] != HEAD_DIM:
+        raise ValueError(f"{name}: expected head dim {HEAD_DIM} (the last axis), got {t.shape[3]}")
+
+
+def _check_strides(name: str, t: torch.Tensor, stage: Stage, layout: str) -> None:
+    if t.stride(3) != 1:
+        raise ValueError(f"{name}: expected the head-dim axis (the last) to be contiguous (stride 1), got strides "
+                         f"{t.stride()}: pass {name}.contiguous()")
+    if not stage.strided:
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: stage {stage.id} reads contiguous tensors only, got strides {t.stride()} for "
+                             f"shape {tuple(t.shape)}: pass {name}.contiguous(), or use stage 17 or later, which "
+                             f"reads strided views in place")
+        return
+    for axis in range(3):
+        if t.shape[axis] > 1 and (t.stride(axis) <= 0 or t.stride(axis) % _STRIDE_ELEMS):
+            raise ValueError(f"{name}: the copy engine needs every stride but the head dim's to be a positive "
+                             f"multiple of {_STRIDE_ELEMS} elements ({ALIGN_BYTES} bytes), got strides {t.stride()} "
+                             f"for shape {tuple(t.shape)} ({layout.upper()}): pass {name}.contiguous()")
+
+
+def check_scale(scale) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(HEAD_DIM)
+    # Positive, because from stage 06 on the running maximum is taken over unscaled scores.
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: expected a finite positive number (default 1/sqrt({HEAD_DIM})), got {scale!r}")
+    return float(scale)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the bytes a and b span intersect (conservative: strided gaps count as used)."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def byte_range(t: torch.Tensor) -> tuple[int, int]:
+        last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = byte_range(a), byte_range(b)
+    return a0 < b1 and b0 < a1

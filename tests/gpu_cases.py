@@ -1,0 +1,259 @@
+"""The GPU cases, run inside the watchdog's worker process (gpu_watchdog.py), never in pytest's.
+
+Every check is against a float64 reference on fresh random inputs drawn from the case's seed, with
+the output poisoned (NaN) before the launch, so an element the kernel never wrote fails the check.
+A case returns a small dict on success and raises AssertionError, with what went wrong, otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import hopattn
+from hopattn import lineage
+
+MAX_REL_ERR = 1e-2
+REFERENCE_BYTES = 1 << 30  # float64 scores per chunk of the reference
+_REFERENCE: dict = {}  # the last reference, kept for the next stage on the same inputs
+
+
+def initialise() -> None:
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # the context, before the first case's clock starts
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def _stage(number: int) -> lineage.Stage:
+    return {s.number: s for s in hopattn.stages()}[number]
+
+
+def draw(shape, gen, magnitude=4.0) -> torch.Tensor:
+    """bf16 normal values of the given magnitude: magnitude 4 gives scores with extremes past ±50."""
+    return (torch.randn(shape, generator=gen, device="cuda") * magnitude).to(torch.bfloat16)
+
+
+def reference(q, k, v, *, causal: bool, scale: float) -> torch.Tensor:
+    """softmax(scale q kᵀ) v in float64, BHSD, chunked over query rows; k and v may have fewer heads
+    (grouped-query); rows that see no key are 0 (bottom-right causal: query i sees j <= i + Lk - Lq)."""
+    batch, heads, len_q, _ = q.shape
+    len_k = k.shape[2]
+    group = heads // k.shape[1]
+    k64 = k.double().repeat_interleave(group, dim=1)
+    v64 = v.double().repeat_interleave(group, dim=1)
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    if len_k == 0:
+        return out
+    rows = max(1, REFERENCE_BYTES // (8 * batch * heads * len_k))
+    keys = torch.arange(len_k, device=q.device)
+    for r0 in range(0, len_q, rows):
+        r1 = min(len_q, r0 + rows)
+        s = torch.matmul(q[:, :, r0:r1].double(), k64.transpose(-1, -2)) * scale
+        if causal:
+            limit = torch.arange(r0, r1, device=q.device)[:, None] + (len_k - len_q)
+            s.masked_fill_(keys[None, :] > limit, float("-inf"))
+        seen = torch.isfinite(s).any(-1, keepdim=True)
+        p = torch.softmax(s.masked_fill(~seen, 0.0), dim=-1) * seen
+        out[:, :, r0:r1] = torch.matmul(p, v64)
+    return out
+
+
+def _make_inputs(shape: dict, seed: int):
+    """q, k, v in BHSD (for the reference) and as the kernel is to read them (layout and view)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    b, h, kvh, lq, lk = shape["batch"], shape["heads"], shape["kv_heads"] or shape["heads"], shape["len_q"], shape["len_k"]
+    q, k, v = draw((b, h, lq, 128), gen), draw((b, kvh, lk, 128), gen), draw((b, kvh, lk, 128), gen)
+    return (q, k, v), tuple(_as_view(t, shape["layout"], shape["view"], gen) for t in (q, k, v))
+
+
+def _as_view(t: torch.Tensor, layout: str, view: str, gen) -> torch.Tensor:
+    """t (BHSD values) stored in `layout`, as a contiguous tensor, a strided view (one of three
+    slices of a packed [.., 3, 128] tensor, as q, k and v of a fused projection) or a view at a
+    16-byte aligned offset into a larger buffer."""
+    x = t if layout == "bhsd" else t.transpose(1, 2)
+    if view == "contiguous":
+        return x.contiguous()
+    if view == "strided":
+        packed = torch.full((*x.shape[:3], 3, 128), float("nan"), dtype=x.dtype, device=x.device)
+        which = int(torch.randint(3, (1,), generator=gen, device=x.device))
+        packed[:, :, :, which] = x
+        return packed[:, :, :, which]
+    if view == "offset":
+        offset = 8 * int(torch.randint(1, 64, (1,), generator=gen, device=x.device))  # elements: 16-byte multiples
+        flat = torch.full((x.numel() + offset + 64,), float("nan"), dtype=x.dtype, device=x.device)
+        y = flat[offset:offset + x.numel()].view(x.shape)
+        y.copy_(x)
+        return y
+    raise ValueError(f"view: unknown {view!r}")
+
+
+def _to_bhsd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t if layout == "bhsd" else t.transpose(1, 2)
+
+
+def check(stage: int, shape: dict, seed: int, *, out_view: str = "contiguous", repeat: bool = False) -> dict:
+    """One stage on one shape against float64: the output (poisoned first) within MAX_REL_ERR, every
+    element written, rows that see no key exactly 0, memory around a strided out untouched, and
+    (repeat=True) a second launch identical bit for bit."""
+    s = _stage(stage)
+    layout = shape["layout"]
+    (q, k, v), (qx, kx, vx) = _make_inputs(shape, seed)
+    scale = 1 / math.sqrt(128)
+    if out_view == "strided":  # O as one slice of a wider buffer: the gaps must stay NaN
+        wide = torch.full((*qx.shape[:3], 2, 128), float("nan"), dtype=qx.dtype, device=qx.device)
+        out = wide[:, :, :, 0]
+    else:
+        out = torch.full_like(qx, float("nan"), memory_format=torch.contiguous_format)
+    hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=s.number, layout=layout, out=out)
+    torch.cuda.synchronize()
+    o = _to_bhsd(out, layout)
+    assert not o.isnan().any(), f"{int(o.isnan().sum())} output elements unwritten or NaN"
+    if out_view == "strided":
+        assert wide[:, :, :, 1].isnan().all(), "the kernel wrote into memory between the rows of a strided out"
+    key = (seed, tuple(sorted(shape.items())))
+    if _REFERENCE.get("key") != key:
+        _REFERENCE.clear()
+        _REFERENCE.update(key=key, ref=reference(q, k, v, causal=shape["causal"], scale=scale))
+    ref = _REFERENCE["ref"]
+    err = ((o.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+    assert err < MAX_REL_ERR, f"relative error {err:.2e} against float64 (limit {MAX_REL_ERR})"
+    if shape["causal"] and shape["len_q"] > shape["len_k"]:
+        blind = shape["len_q"] - shape["len_k"]  # queries 0 .. Lq - Lk - 1 see no key
+        assert torch.count_nonzero(o[:, :, :blind]) == 0, "a query that sees no key got a non-zero output"
+    if repeat:
+        again = torch.full_like(out, float("nan"))
+        hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=s.number, layout=layout, out=again)
+        assert torch.equal(out, again), "two launches on the same inputs differ (a race?)"
+    return {"rel_err": err}
+
+
+def peak_score(shape: dict, seed: int) -> float:
+    """The largest |scale q·k| the inputs of a case reach (the tests' inputs must exercise the
+    softmax's range, not just small scores)."""
+    (q, k, _), _ = _make_inputs(shape, seed)
+    return ((q[0, 0].float() @ k[0, 0].float().T) / math.sqrt(128)).abs().max().item()
+
+
+def rejects(stage: int, case: str) -> str:
+    """A bad input of the given kind is refused before any launch, and the process's CUDA context
+    still works afterwards (a valid call right after succeeds). Returns the error message."""
+    s = _stage(stage)
+    good = torch.randn(1, 2, 256, 128, device="cuda").to(torch.bfloat16)
+    if case == "misaligned":  # a contiguous view 2 bytes past a 16-byte boundary
+        flat = torch.randn(good.numel() + 8, device="cuda").to(torch.bfloat16)
+        bad = flat[1:1 + good.numel()].view(good.shape)
+        args, kwargs, error = (bad, good, good), {}, ValueError
+    elif case == "misaligned_out":
+        flat = torch.empty(good.numel() + 8, device="cuda", dtype=torch.bfloat16)
+        args, kwargs, error = (good, good, good), {"out": flat[4:4 + good.numel()].view(good.shape)}, ValueError
+    elif case == "cpu":
+        args, kwargs, error = (good.cpu(), good.cpu(), good.cpu()), {}, ValueError
+    elif case == "fp16":
+        args, kwargs, error = (good.half(), good.half(), good.half()), {}, TypeError
+    elif case == "fp32":
+        args, kwargs, error = (good.float(), good.float(), good.float()), {}, TypeError
+    elif case == "out_aliases_q":
+        args, kwargs, error = (good, good.clone(), good.clone()), {"out": good}, ValueError
+    else:
+        raise ValueError(f"case: unknown {case!r}")
+    message = None
+    for entry in ("function", "op"):
+        try:
+            if entry == "function":
+                hopattn.attention(*args, stage=s.number, **kwargs)
+            elif "out" in kwargs:
+                torch.ops.hopattn.attention_out(*args, kwargs["out"], False, None, s.number, "bhsd")
+            else:
+                torch.ops.hopattn.attention(*args, False, None, s.number, "bhsd")
+        except error as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"{case} input accepted through the {entry} (expected {error.__name__})")
+    torch.cuda.synchronize()
+    out = hopattn.attention(good, good, good, stage=s.number)
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), "a valid call after the rejected one gave NaN"
+    return message
+
+
+def empty_and_degenerate(stage: int) -> None:
+    """Batch, heads or queries of 0 give an empty result; no keys gives zeros (every row sees none)."""
+    s = _stage(stage)
+    x = torch.randn(2, 3, 256, 128, device="cuda").to(torch.bfloat16)
+    for shape in ((0, 3, 256, 128), (2, 0, 256, 128)):
+        e = torch.empty(shape, device="cuda", dtype=torch.bfloat16)
+        assert hopattn.attention(e, e, e, stage=s.number).shape == shape
+    if s.tails:
+        none = torch.empty(2, 3, 0, 128, device="cuda", dtype=torch.bfloat16)
+        assert hopattn.attention(none, x, x, stage=s.number).shape == none.shape
+        out = hopattn.attention(x, none, none, stage=s.number)
+        assert torch.count_nonzero(out) == 0, "no keys: every row must be 0"
+    torch.cuda.synchronize()
+
+
+def compiled_calls(stage: int, seed: int) -> None:
+    """torch.compile(fullgraph=True) of a call, with and without out=, equals the eager call."""
+    s = _stage(stage)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = draw((2, 3, 256, 128), gen, 1.0), draw((2, 3, 512, 128), gen, 1.0), draw((2, 3, 512, 128), gen, 1.0)
+    eager = hopattn.attention(q, k, v, stage=s.number)
+    compiled = torch.compile(lambda a, b, c: hopattn.attention(a, b, c, stage=s.number) * 2, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), eager * 2), "compiled call differs"
+
+    def into(a, b, c, o):
+        hopattn.attention(a, b, c, stage=s.number, out=o)
+        return o * 2
+
+    out = torch.empty_like(q)
+    assert torch.equal(torch.compile(into, fullgraph=True)(q, k, v, out), eager * 2), "compiled out= call differs"
+    assert torch.equal(out, eager), "compiled out= call did not write out"
+
+
+def custom_scale(stage: int, seed: int) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (draw((1, 2, 128, 128), gen, 1.0) for _ in range(3))
+    out = hopattn.attention(q, k, v, stage=stage, scale=0.3)
+    ref = reference(q, k, v, causal=False, scale=0.3)
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < MAX_REL_ERR, f"relative error {err:.2e} with scale 0.3"
+
+
+def backward_raises(stage: int) -> str:
+    """There is no backward: a gradient through the result raises, naming what to use instead."""
+    q = torch.randn(1, 2, 128, 128, device="cuda").to(torch.bfloat16).requires_grad_()
+    out = hopattn.attention(q, q.detach(), q.detach(), stage=stage)
+    try:
+        out.float().sum().backward()
+    except RuntimeError as err:
+        assert "no backward" in str(err), str(err)
+        return str(err)
+    raise AssertionError("backward through hopattn.attention did not raise")
+
+
+def stage_info(stage: int) -> dict:
+    return hopattn.stage_info(stage)
+
+
+def layouts_agree(stage: int, seed: int, causal: bool) -> None:
+    """BSHD read in place gives exactly the BHSD result (the same arithmetic, other addresses)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (draw((2, 300, 5, 128), gen) for _ in range(3))
+    bshd = hopattn.attention(q, k, v, causal=causal, stage=stage, layout="bshd")
+    bhsd = hopattn.attention(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), causal=causal, stage=stage)
+    assert torch.equal(bshd.transpose(1, 2), bhsd), "the layout changed the result"
+    # A contiguous BSHD tensor with one head: its head stride is whatever torch left there.
+    one = [t[:, :, :1].transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    assert one[0].is_contiguous() and one[0].stride(2) != 128  # the case that was once refused
+    single = hopattn.attention(*one, causal=causal, stage=stage, layout="bshd")
+    assert torch.equal(single, bshd[:, :, :1]), "a one-head BSHD tensor gave another result"
+
+
+def strided_equals_contiguous(stage: int, seed: int) -> None:
+    """A head-dim slice of a wider tensor (rows 512 bytes apart) is read in place, bit for bit."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    wide = draw((2, 3, 640, 256), gen)
+    q, k = wide[..., :128], wide[..., 128:]
+    v = draw((2, 3, 640, 128), gen)
+    assert torch.equal(hopattn.attention(q, k, v, stage=stage),
+                       hopattn.attention(q.contiguous(), k.contiguous(), v, stage=stage)), "strided view differs"
