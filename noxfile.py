@@ -1,11 +1,14 @@
 """Sessions: tests (default), docs, serve, facts, bench (GPU), lint.
 
-    nox                   # = nox -s tests
-    nox -s serve          # generate and serve the site at http://127.0.0.1:8000
+    nox                                   # = nox -s tests
+    nox -s serve                          # build and serve the site at http://127.0.0.1:8000
+    nox -s serve -- -a 127.0.0.1:8001     # another address or port (arguments after -- go to mkdocs serve)
+    nox -s tests -- -k site -x            # arguments after -- go to pytest
     nox -s bench -- --quick
 """
 
 import os
+import shlex
 import shutil
 
 import nox
@@ -13,41 +16,50 @@ import nox
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-PYTHONPATH = {"PYTHONPATH": os.pathsep.join(["kernels", "."])}
+# MkDocs and Material print a notice about their successors on every run; nothing to act on here.
+QUIET = {"NO_MKDOCS_2_WARNING": "1"}
 # The CPU build of torch is enough for the tests (they skip GPU work without CUDA); pinning the
-# version lets pip take the wheel a machine already has instead of downloading a CUDA build.
-TORCH_FOR_TESTS = os.environ.get("HOPATTN_TEST_TORCH", "torch==2.13.0")
+# version lets pip take a wheel the machine already has. Another requirement (or pip options) can
+# be given: HOPATTN_TEST_TORCH="torch==2.13.0 --extra-index-url ...".
+TORCH_FOR_TESTS = shlex.split(os.environ.get("HOPATTN_TEST_TORCH", "torch==2.13.0"))
+
+
+def install(session, what: str, *args):
+    """pip install with its progress shown: a first run downloads a lot (see README)."""
+    session.log(f"installing {what}")
+    session.install(*args, silent=False)
 
 
 @nox.session(python=False if os.environ.get("HOPATTN_NOX_NO_VENV") else None)
 def tests(session):
     """CPU tests everywhere; GPU tests run where CUDA is present and skip (with the reason) elsewhere."""
-    session.install("-e", ".[test,docs]", TORCH_FOR_TESTS)
+    install(session, "the project with its test and docs tools, and torch", "-e", ".[test,docs]", *TORCH_FOR_TESTS)
     if not shutil.which("nvcc"):
         # CI compiles every stage for sm_90a; pip's CUDA compiler stands in for a system toolkit.
-        session.install("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl")
-    session.run("pytest", *(session.posargs or ["-q"]), env=PYTHONPATH)
+        install(session, "pip's CUDA compiler (no nvcc on PATH)", "nvidia-cuda-nvcc", "nvidia-cuda-runtime",
+                "nvidia-cuda-cccl")
+    session.run("pytest", *(session.posargs or ["-q", "-rs"]), env=QUIET)
 
 
 @nox.session
 def docs(session):
     """Build the static site into site/ with zero warnings allowed."""
-    session.install("-e", ".[docs]")
-    session.run("mkdocs", "build", "--strict", env=PYTHONPATH)
+    install(session, "the project and MkDocs", "-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", env=QUIET)
 
 
 @nox.session
 def serve(session):
-    """Generate and serve the site; edits to stages, notes and results rebuild the affected pages."""
-    session.install("-e", ".[docs]")
-    session.run("mkdocs", "serve", "--livereload", *session.posargs, env=PYTHONPATH)
+    """Build and serve the site; edits to stages, notes and results rebuild it."""
+    install(session, "the project and MkDocs", "-e", ".[docs]")
+    session.run("mkdocs", "serve", "--livereload", *session.posargs, env=QUIET)
 
 
 @nox.session
 def facts(session):
-    """Recompile the stages and refresh the committed compiler facts (site_gen/data/compiler)."""
-    session.install("-e", ".[test]")
-    session.run("python", "-m", "site_gen.compiler", *session.posargs, env=PYTHONPATH)
+    """Recompile the stages and refresh the committed compiler facts (kernels/compiler_facts/)."""
+    install(session, "the project and the CUDA binary tools", "-e", ".[test]")
+    session.run("python", "-m", "hopattn.compiler", *session.posargs)
 
 
 @nox.session(python=False)
@@ -55,12 +67,13 @@ def bench(session):
     """Check and time every stage and the peers on this machine's GPU; writes bench/results/<gpu>.json.
 
     Runs in the current Python environment, which must already have torch with CUDA (and, for the
-    FlashAttention-4 peer, flash_attn.cute): GPU machines often cannot install packages.
+    FlashAttention-4 peer, flash_attn.cute) and this project installed (`pip install -e .`): GPU
+    machines often cannot install packages.
     """
-    session.run("python", "-m", "bench", *session.posargs, env=PYTHONPATH)
+    session.run("python", "-m", "bench", *session.posargs)
 
 
 @nox.session
 def lint(session):
-    session.install("ruff")
-    session.run("ruff", "check", "kernels/hopattn", "site_gen", "bench", "tests", "noxfile.py")
+    install(session, "ruff", "ruff")
+    session.run("ruff", "check", "kernels/hopattn", "site_gen", "bench", "tests", "research", "noxfile.py")
