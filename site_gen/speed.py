@@ -1,18 +1,18 @@
-"""Speed check of the site: an 18-stage lineage, full generation + `mkdocs build`, then one edit.
+"""Speed check of the site: a lineage of N stages, full generation + `mkdocs build`, then one edit.
 
-    PYTHONPATH=kernels:. python -m site_gen.bench_speed [--stages 18] [--keep DIR]
+    python -m site_gen.speed [--stages 19] [--keep DIR]
 
 Builds a throwaway repository-shaped tree: the real stages copied round-robin and renumbered to
 01..N (each copy's kernel.cu gets a small distinct edit so every diff is real), a synthetic results
-file, the real hand-written docs and mkdocs.yml. Reports seconds for: a cold generation (no cache),
-a cold `mkdocs build --strict`, and after editing one stage's kernel.cu, the regeneration alone and
-the whole rebuild. Targets: < 60 s for the full build, < 3 s for the regeneration.
+file, the real hand-written docs and mkdocs.yml. Reports seconds for: a cold generation (no cache;
+`python -m site_gen` renders without MkDocs), a cold `mkdocs build --strict`, and after editing one
+stage's kernel.cu, the regeneration alone and the whole rebuild. Targets: < 60 s for the full
+build, < 3 s for the regeneration.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from hopattn import lineage
+from hopattn.records import results
 
 REPO = Path(__file__).resolve().parent.parent
 SHAPES = {"4k": (8, 16, 4096), "8k": (4, 16, 8192), "16k": (2, 16, 16384)}
@@ -37,21 +40,18 @@ def make_lineage(dest: Path, count: int) -> list[str]:
         name = f"{i + 1:02d}_{origin.name[3:]}" + (f"-r{i // len(real)}" if i >= len(real) else "")
         shutil.copytree(origin, dest / name)
         kernel = dest / name / "kernel.cu"
-        kernel.write_text(kernel.read_text() + f"\n// bench_speed copy {i + 1} of {origin.name}\n")
+        kernel.write_text(kernel.read_text() + f"\n// site_gen.speed copy {i + 1} of {origin.name}\n")
         names.append(name)
     return names
 
 
 def make_results(dest: Path, root: Path) -> None:
-    sys.path[:0] = [str(REPO / "kernels"), str(REPO)]
-    from hopattn import lineage
-
     stages = lineage.discover(root / "kernels" / "attention")
     run = "20261129T153000Z"
     env = {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "driver": "580.159.04",
            "cuda": "13.0", "torch": "2.11.0+cu130", "cudnn": "91900", "clocks_before": None, "clocks_after": None,
            "max_sm_mhz": 1980, "power_limit_w": 700.0}
-    results = []
+    entries = []
     for shape, (b, h, n) in SHAPES.items():
         for causal in (False, True):
             flops = 4 * b * h * n * n * 128 / (2 if causal else 1)
@@ -59,25 +59,22 @@ def make_results(dest: Path, root: Path) -> None:
             rows += [("stage", s.id, s.title, 30.0 * s.number, s.source_hash()) for s in stages]
             for kind, name, label, tflops, src_hash in rows:
                 ms = round(flops / tflops / 1e9, 4)
-                results.append({
+                entries.append({
                     "kind": kind, "name": name, "label": label, "run_id": run, "shape": shape, "batch": b,
                     "heads": h, "len_q": n, "len_k": n, "head_dim": 128, "causal": causal, "status": "ok",
                     "reason": None, "source_hash": src_hash, "median_ms": ms, "min_ms": ms, "max_ms": ms,
                     "spread_pct": 0.0, "samples": 5, "tflops": tflops, "rel_err": 0.002,
                     "ratios": {"fa4": round(tflops / 640, 3), "cudnn": round(tflops / 600, 3)}})
-    results.sort(key=lambda e: (e["kind"], e["name"], e["shape"], e["causal"]))
-    data = {"schema_version": 1, "gpu": "nvidia-h200", "results": results,
+    data = {"schema_version": 1, "gpu": "nvidia-h200", "results": entries,
             "runs": {run: {"date": "2026-11-29T15:30:00Z", "git_commit": None, "git_dirty": None,
-                           "command": "site_gen.bench_speed", "environment": env}}}
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "nvidia-h200.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+                           "command": "python -m site_gen.speed", "environment": env}}}
+    results.dump_results(data, dest / "nvidia-h200.json")
 
 
 def make_tree(root: Path, count: int) -> list[str]:
     names = make_lineage(root / "kernels" / "attention", count)
     make_results(root / "bench" / "results", root)
-    shutil.copytree(REPO / "docs", root / "docs",
-                    ignore=shutil.ignore_patterns("stages", "generated", "index.md", "gallery.md"))
+    shutil.copytree(REPO / "docs", root / "docs")
     config = (REPO / "mkdocs.yml").read_text().replace("  - site_gen/hook.py", f"  - {REPO / 'site_gen' / 'hook.py'}")
     (root / "mkdocs.yml").write_text(config)
     return names
@@ -95,8 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=Path, help="build in this folder and keep it")
     args = ap.parse_args(argv)
     root = args.keep or Path(tempfile.mkdtemp(prefix="site-speed-"))
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
-               PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     try:
         names = make_tree(root, args.stages)
         gen = [sys.executable, "-m", "site_gen", "--root", str(root)]

@@ -1,8 +1,8 @@
 """hopattn: attention on NVIDIA Hopper, built stage by stage.
 
 ``from hopattn import attention`` gives the kernel API (needs torch); ``hopattn.lineage`` (the
-stages and their specs) and ``hopattn.results`` (the benchmark results file) need only the standard
-library, so the documentation site builds without torch.
+stages and their specs) and ``hopattn.records`` (the results and compiler-facts files) need only the
+standard library, so the documentation site builds without torch.
 
 The custom ops ``torch.ops.hopattn.attention`` and ``attention_out`` are registered by
 ``hopattn.api``: on ``import hopattn`` when torch is already imported, else on first use of
