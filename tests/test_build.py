@@ -3,12 +3,11 @@
 import shutil
 
 import pytest
-from hopattn import build, lineage
+from hopattn import build, cuda_tools, lineage
 
 STAGES = lineage.discover()
-needs_nvcc = pytest.mark.skipif(
-    not any(shutil.which(n) for n in ("nvcc",)) and not __import__("os").environ.get("NVCC"),
-    reason="nvcc not found (install the CUDA toolkit or pip's nvidia-cuda-nvcc)")
+needs_nvcc = pytest.mark.skipif(cuda_tools.find("nvcc") is None,
+                                reason="nvcc not found (install the CUDA toolkit or pip's nvidia-cuda-nvcc)")
 
 
 def sm90a_section(log: str) -> str:
