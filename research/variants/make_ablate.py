@@ -17,16 +17,11 @@ Run from the repository root: python3 research/variants/make_ablate.py
 """
 from pathlib import Path
 
-from measured import stage_source
+from measured import Patch
 
 ROOT = Path(__file__).resolve().parents[2]
-src = stage_source("18_causal-scheduling")  # as measured: see measured.py
-
-
-def sub(old: str, new: str, count: int = 1) -> None:
-    global src
-    assert src.count(old) == count, (old, src.count(old))
-    src = src.replace(old, new)
+kernel = Patch("18_causal-scheduling")  # as measured: see measured.py
+sub = kernel.sub
 
 
 def wgmma_ss(n: int) -> str:
@@ -160,4 +155,4 @@ sub('#include "../common/tma_4d.cuh"', PROMO)
 # NO_RING and HOIST_DESC, the two switches that the variants ab_no_ring and ab_hoist* measured
 # (stage 19's notes, "Development loop first"), became stage 18's non-causal path and stage 19; they
 # are no longer switches here.
-(ROOT / "research/variants/18_ablate.cu").write_text(src)
+kernel.write("18_ablate.cu")

@@ -15,18 +15,10 @@ and V (the other half of the plan's stage 16, never built). An experiment, not a
   leaves one SM out).
 CLUSTER = 1 gives stage 18 back. Run from the repository root: python3 research/variants/make_cluster.py
 """
-from pathlib import Path
+from measured import Patch
 
-from measured import stage_source
-
-ROOT = Path(__file__).resolve().parents[2]
-src = stage_source("18_causal-scheduling")  # as measured: see measured.py
-
-
-def sub(old: str, new: str, count: int = 1) -> None:
-    global src
-    assert src.count(old) == count, (old, src.count(old))
-    src = src.replace(old, new)
+kernel = Patch("18_causal-scheduling")  # as measured: see measured.py
+sub = kernel.sub
 
 
 sub("constexpr int HEAD_DIM = 128;",
@@ -143,4 +135,4 @@ sub("""    kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(q_map, k_map, v_map
         kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(q_map, k_map, v_map, o_map, *p, tile_counter);
         launched = cudaGetLastError();
     }""")
-(ROOT / "research/variants/18_cluster.cu").write_text(src)
+kernel.write("18_cluster.cu")

@@ -17,3 +17,17 @@ def stage_source(folder: str) -> str:
     """kernels/attention/<folder>/kernel.cu at REVISION."""
     return subprocess.run(["git", "show", f"{REVISION}:kernels/attention/{folder}/kernel.cu"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
+
+
+class Patch:
+    """A stage's kernel.cu as measured, edited by exact replacements that must each match."""
+
+    def __init__(self, folder: str):
+        self.text = stage_source(folder)
+
+    def sub(self, old: str, new: str, count: int = 1) -> None:
+        assert self.text.count(old) == count, (old, self.text.count(old))
+        self.text = self.text.replace(old, new)
+
+    def write(self, name: str) -> None:
+        (ROOT / "research" / "variants" / name).write_text(self.text)
