@@ -8,6 +8,7 @@ from, and the line of the generator that failed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
@@ -15,13 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hopattn import lineage
+
 from . import fragments, inputs
 from .benchmark_section import chart, tables
 from .benchmark_section import section as benchmark
 from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
 from .compiler_section import section as compiler
-from .diagrams import concept_diagrams, stage_diagrams
+from .diagrams import Diagram, concept_diagrams, diagram, stage_diagrams
 from .diagrams import section as diagrams
 from .diff_section import section as diff
 from .pages import gallery, overview, stage
@@ -77,11 +80,12 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
     site = Site()
     stages, root = inp.stages, inp.root
     every_diagram = []  # for the gallery, in site order
+    specs = [[st.name, st.spec_path.read_text()] for st in stages]  # all the diagrams are drawn from
     for i, s in enumerate(stages):
         prev = stages[i - 1] if i else None
         nxt = stages[i + 1] if i + 1 < len(stages) else None
         with naming(f"the diagrams of stage {s.name}", s.spec_path, root):
-            mine = stage_diagrams(s, stages) + concept_diagrams(s, stages)
+            mine = _diagrams(s, stages, specs, cache)
             every_diagram += mine
             diagrams_md = diagrams.stage_section(s, mine, site)
         with naming(f"the diff of stage {s.name}", s.kernel_path, root):
@@ -100,6 +104,18 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
     with naming("the gallery", root / "docs", root):
         site.pages["gallery.md"] = gallery.gallery_page(stages, every_diagram, site)
     return site
+
+
+def _diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
+    """The stage's diagrams and concept pictures: a pure function of the specs (and of the code
+    that parses and draws them), so a kernel.cu or notes.md edit does not redraw them."""
+
+    def make():
+        return [dataclasses.asdict(d) for d in stage_diagrams(stage, stages) + concept_diagrams(stage, stages)]
+
+    drawn = cache.get("diagrams", [stage.name, specs], make,
+                      code=[Path(diagram.__file__).parent, Path(lineage.__file__)], libraries=["svgwrite"])
+    return [Diagram(**d) for d in drawn]
 
 
 def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
