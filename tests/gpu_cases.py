@@ -25,6 +25,17 @@ def initialise() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
+def healthy() -> bool:
+    """Whether this process can still run GPU work (after a sticky error, such as an illegal address,
+    every later CUDA call fails)."""
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _stage(number: int) -> lineage.Stage:
     return {s.number: s for s in hopattn.stages()}[number]
 

@@ -115,8 +115,9 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Cal
         if out.shape != q.shape or out.device != q.device:
             raise ValueError(f"out: expected a torch.bfloat16 tensor of shape {tuple(q.shape)} on {q.device}, got "
                              f"{tuple(out.shape)} on {out.device}")
-        if torch._debug_has_internal_overlap(out) != 0:
-            raise ValueError(f"out: its elements overlap each other (strides {out.stride()}): pass a contiguous out")
+        if _self_overlapping(out):
+            raise ValueError(f"out: its elements overlap each other (strides {out.stride()} for shape "
+                             f"{tuple(out.shape)}): pass a contiguous out")
     for what, value in (("batch", batch), ("heads", heads), ("len_q", len_q), ("len_k", len_k)):
         if value > _INT_LIMIT:
             raise ValueError(f"q: {what} must be below 2^31, got {value}")
@@ -183,6 +184,19 @@ def check_scale(scale) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale: expected a finite positive number (default 1/sqrt({HEAD_DIM})), got {scale!r}")
     return float(scale)
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of t can share an address. Sufficient test: with the axes of size > 1
+    sorted by stride, each stride must reach past the whole extent of the axes inside it (a strided
+    view with gaps, like one slice of a packed tensor, passes; an expanded or folded view does not)."""
+    axes = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    extent = 1
+    for stride, size in axes:
+        if stride < extent:
+            return True
+        extent = stride * (size - 1) + extent
+    return False
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
