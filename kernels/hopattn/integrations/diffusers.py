@@ -28,17 +28,22 @@ LIBRARY = "diffusers"
 
 def backend_name(name: str):
     """The ``AttentionBackendName`` member whose value is ``name``, added to the enum if missing."""
-    from diffusers.models.attention_dispatch import AttentionBackendName as Names
+    from diffusers.models.attention_dispatch import AttentionBackendName
 
-    if name in Names._value2member_map_:
-        return Names(name)
-    member = str.__new__(Names, name)
-    member._name_, member._value_ = name.upper(), name
-    member.__objclass__ = Names
-    # What EnumType does for a member declared in the class body: lookup by name and by value.
-    Names._member_map_[member._name_] = member
-    Names._value2member_map_[name] = member
-    Names._member_names_.append(member._name_)
+    return _add_member(AttentionBackendName, name)
+
+
+def _add_member(enum_cls, value: str):
+    """A member of the str-valued Enum ``enum_cls`` with ``value`` (name: value upper-cased), added
+    as EnumType adds a member declared in the class body: found by value, by name and in iteration."""
+    if value in enum_cls._value2member_map_:
+        return enum_cls._value2member_map_[value]
+    member = str.__new__(enum_cls, value)
+    member._name_, member._value_ = value.upper(), value
+    member.__objclass__ = enum_cls
+    enum_cls._member_map_[member._name_] = member
+    enum_cls._value2member_map_[value] = member
+    enum_cls._member_names_.append(member._name_)
     return member
 
 
