@@ -26,7 +26,8 @@ class Kernel:
     gqa: bool = False  # reads k/v with fewer heads than q (Hq a multiple of Hkv) without copies
     causal: bool = True
     layouts: tuple[str, ...] = ("bhsd", "bshd")
-    strided: bool = True  # reads any strides with a contiguous head dim ("bshd": heads of a row packed)
+    strided: bool = True  # reads any strides with a contiguous head dim
+    bshd_packed_heads: bool = True  # "bshd" also needs the heads of a row packed (stride(2) == head dim)
     label: str = ""
 
     def unsupported(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str | None:
@@ -56,7 +57,7 @@ class Kernel:
             return False
         if not self.strided:
             return t.is_contiguous()
-        return layout == "bhsd" or t.stride(2) == t.shape[3]
+        return layout == "bhsd" or not self.bshd_packed_heads or t.stride(2) == t.shape[3]
 
 
 def hopattn_kernel(stage: int | None = None) -> Kernel:
