@@ -8,7 +8,6 @@ A peer that cannot be imported is reported missing, with the reason, never estim
 from __future__ import annotations
 
 import torch
-
 from hopattn.integrations.kernels import Kernel
 
 FA_HINT = "see shared/tools/peers-on-gpu-machine.md for getting it onto the GPU machine"

@@ -128,7 +128,7 @@ def run_group(group, backends: list[str], args, workdir: Path, state: dict, poll
         child = Child(cmd, progress, env)
         watch = {"deadline": time.monotonic() + args.build_timeout, "current": None}
 
-        def handle(ev):
+        def handle(ev, watch=watch):
             kind = ev["event"]
             if kind == "environment":
                 state.setdefault("environment", ev["environment"])

@@ -98,7 +98,7 @@ def _tables(record: dict) -> str:
     backends = [b for b in BACKENDS if any(b in m["cases"] for _, m in models)]
     head = "| model | " + " | ".join(LABELS[b] for b in backends) + " |\n|---|" + "---|" * len(backends) + "\n"
     step = attn = ""
-    for key, m in models:
+    for _, m in models:
         label = _cell(m["label"])
         step += f"| {label} | " + " | ".join(
             _case_cell(m["cases"][b], m["cases"][b]["step_ms"]["median"] if m["cases"][b].get("step_ms") else None,
@@ -107,7 +107,7 @@ def _tables(record: dict) -> str:
             _case_cell(m["cases"][b], m["cases"][b].get("attention_ms"), m["cases"][b].get("speedup_attention"))
             if b in m["cases"] else "" for b in backends) + " |\n"
     quality = "| model | backend | output error vs SDPA | memory (GiB) | step spread |\n|---|---|---|---|---|\n"
-    for key, m in models:
+    for _, m in models:
         for b, case in _ordered_cases(m):
             if case["status"] != "ok" or b == REFERENCE:
                 continue

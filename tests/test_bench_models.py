@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hopattn import model_records as mr
 
 REPO = Path(__file__).resolve().parent.parent

@@ -399,7 +399,6 @@ def test_sliding_window_and_softcapping_fall_back_with_their_reasons(tf_register
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models import attention_dispatch as ad  # noqa: E402
-
 from hopattn.integrations import diffusers as hop_df  # noqa: E402
 
 

@@ -14,7 +14,6 @@ transformers = pytest.importorskip("transformers")
 diffusers = pytest.importorskip("diffusers")
 
 from diffusers.models import attention_dispatch as ad  # noqa: E402
-
 from hopattn.integrations import diffusers as hop_df  # noqa: E402
 from hopattn.integrations import kernels, routing  # noqa: E402
 from hopattn.integrations import transformers as hop_tf  # noqa: E402

@@ -6,8 +6,8 @@ import copy
 import re
 
 import pytest
-
 from hopattn import model_records as mr
+
 from site_gen import models_page
 
 RUN = "20261201T101500Z"
