@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import weakref
 
 import pytest
 
@@ -151,6 +152,9 @@ def test_mask_verdict_is_cached_per_tensor_but_sees_in_place_edits():
     assert masks.classify(m, 4, 4) == masks.NONE
     m[0, 0, 0, 1] = False  # bumps the version counter
     assert masks.classify(m, 4, 4) == masks.OTHER
+    alive = weakref.ref(m)
+    del m
+    assert alive() is None  # the cache does not keep a model's mask alive
 
 
 def test_top_left_causal_keeps_the_keys_sdpa_would_see():

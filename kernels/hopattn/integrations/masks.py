@@ -8,6 +8,8 @@ packed sequences, sliding windows, additive biases — is not.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 NONE = "none"  # every query sees every key
@@ -17,7 +19,8 @@ OTHER = "other"
 # Additive masks write "masked" as a large negative number: -inf, finfo.min, or -10000 (diffusers).
 MASKED_AT_OR_BELOW = -1.0e4
 
-_cache: tuple | None = None  # (mask, version, q_len, k_len, verdict): one model passes one mask to every layer
+# (weak ref to the mask, its version, q_len, k_len, verdict): a model passes one mask to every layer
+_cache: tuple | None = None
 
 
 def classify(mask: torch.Tensor | None, q_len: int, k_len: int) -> str:
@@ -27,10 +30,10 @@ def classify(mask: torch.Tensor | None, q_len: int, k_len: int) -> str:
     if mask is None:
         return NONE
     c = _cache
-    if c is not None and c[0] is mask and c[1:4] == (mask._version, q_len, k_len):
+    if c is not None and c[0]() is mask and c[1:4] == (mask._version, q_len, k_len):
         return c[4]
     verdict = _classify(mask, q_len, k_len)
-    _cache = (mask, mask._version, q_len, k_len, verdict)
+    _cache = (weakref.ref(mask), mask._version, q_len, k_len, verdict)
     return verdict
 
 

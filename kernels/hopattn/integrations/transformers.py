@@ -82,7 +82,8 @@ def _plan(module, query, key, mask, dropout, is_causal, kwargs) -> tuple[bool, i
         return causal, keys, f"dropout {dropout} (the kernel has none)"
     for arg, what in (("softcap", "logit softcapping"), ("s_aux", "attention sinks"),
                       ("position_bias", "position bias")):
-        if kwargs.get(arg) is not None and kwargs.get(arg) is not False:
+        value = kwargs.get(arg)
+        if value is not None and not (isinstance(value, (int, float)) and value == 0):  # 0: switched off
             return causal, keys, f"{what} ({arg})"
     window = kwargs.get("sliding_window")
     if window is not None and 0 < window < k_len:
