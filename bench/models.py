@@ -92,7 +92,7 @@ class Child:
     def events(self) -> list[dict]:
         if not self.progress.exists():
             return []
-        lines = self.progress.read_text().splitlines()
+        lines = self.progress.read_text().split("\n")[:-1]  # the part after the last newline may be half written
         new = [json.loads(ln) for ln in lines[self.seen:] if ln.strip()]
         self.seen = len(lines)
         return new
@@ -228,33 +228,38 @@ def plan(groups, backends, args) -> str:
     return f"[bench.models] plan ({head}):\n" + "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    groups = [model_cases.GROUPS[g] for g in parse_list(args.models, tuple(model_cases.GROUPS), "models")]
-    backends = parse_list(args.backends, BACKENDS, "backends")
-    print(plan(groups, backends, args), flush=True)
+def write(state: dict, groups, args, argv, started: dt.datetime, commit, dirty) -> tuple[Path, dict]:
+    """Merge what has run so far into the record file (after every group: a run cut short keeps it)."""
     records = _records()
-    from bench.env import git_state
-
-    commit, dirty = git_state()
-    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    run_id = now.strftime("%Y%m%dT%H%M%SZ")
-    state = {"cases": {}, "built": {}, "workloads": {}}
-    with tempfile.TemporaryDirectory(prefix="hopattn-models-") as tmp:
-        for group in groups:
-            run_group(group, backends, args, Path(tmp), state)
     env = {k: state.get("environment", {}).get(k) for k in records.ENV_FIELDS}
-    run = {"date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "git_commit": commit, "dirty": dirty,
-           "dry_run": bool(args.dry_run), "command": "python -m bench.models " + shlex.join(argv or sys.argv[1:]),
-           "environment": env}
-    record = assemble(state, groups, run_id, run)
+    run = {"date": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "git_commit": commit, "dirty": dirty,
+           "dry_run": bool(args.dry_run), "command": "python -m bench.models " + shlex.join(argv), "environment": env}
+    record = assemble(state, groups, started.strftime("%Y%m%dT%H%M%SZ"), run)
     out = args.out
     if out is None:
         out = (Path(tempfile.gettempdir()) / "hopattn-models-dry-run.json" if args.dry_run
                else records.record_path(RESULTS_DIR, env["gpu_name"] or "unknown-gpu"))
     old = records.load(out) if out.exists() else None
     records.dump(records.merge(old, record), out)
-    print(f"[bench.models] wrote {out}", flush=True)
+    return out, record
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    groups = [model_cases.GROUPS[g] for g in parse_list(args.models, tuple(model_cases.GROUPS), "models")]
+    backends = parse_list(args.backends, BACKENDS, "backends")
+    print(plan(groups, backends, args), flush=True)
+    from bench.env import git_state
+
+    commit, dirty = git_state()
+    started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    state = {"cases": {}, "built": {}, "workloads": {}}
+    with tempfile.TemporaryDirectory(prefix="hopattn-models-") as tmp:
+        for i, group in enumerate(groups):
+            run_group(group, backends, args, Path(tmp), state)
+            out, record = write(state, groups[: i + 1], args, argv, started, commit, dirty)
+            print(f"[bench.models] wrote {out}", flush=True)
     for model_id, model in record["models"].items():
         for name, case in model["cases"].items():
             step = case["step_ms"]["median"] if case.get("step_ms") else None
