@@ -9,6 +9,7 @@ Colours are CSS variables with light-theme fallbacks, so the chart follows the s
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from hopattn.model_records import BACKENDS, LABELS, REFERENCE
@@ -82,6 +83,12 @@ def _records(records: dict) -> list[tuple[str, dict]]:
     return sorted(records.items())
 
 
+def _models(record: dict) -> list[tuple[str, dict]]:
+    """Models by id, numbers compared as numbers (the 8k prefill before the 32k one)."""
+    key = lambda item: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", item[0])]  # noqa: E731
+    return sorted(record["models"].items(), key=key)
+
+
 def _ordered_cases(model: dict) -> list[tuple[str, dict]]:
     return [(b, model["cases"][b]) for b in BACKENDS if b in model["cases"]]
 
@@ -94,7 +101,7 @@ def _case_cell(case: dict, value, speedup) -> str:
 
 
 def _tables(record: dict) -> str:
-    models = sorted(record["models"].items())
+    models = _models(record)
     backends = [b for b in BACKENDS if any(b in m["cases"] for _, m in models)]
     head = "| model | " + " | ".join(LABELS[b] for b in backends) + " |\n|---|" + "---|" * len(backends) + "\n"
     step = attn = ""
@@ -126,7 +133,7 @@ def chart(record: dict, key: str = "speedup_step", did: str = "models-step",
           title: str = "Whole-step speedup over SDPA") -> str:
     """Horizontal bars: per model, one bar per backend that ran, length = speedup over SDPA."""
     rows = []
-    for _, m in sorted(record["models"].items()):
+    for _, m in _models(record):
         bars = [(b, c[key]) for b, c in _ordered_cases(m) if c["status"] == "ok" and c.get(key) is not None]
         if bars:
             rows.append((m["label"], bars))
@@ -163,7 +170,7 @@ def chart(record: dict, key: str = "speedup_step", did: str = "models-step",
 
 def _routing(record: dict) -> str:
     out = "## Routing reports\n\nWhat each model's step asked of hopattn, call by call shape:\n\n"
-    for _, m in sorted(record["models"].items()):
+    for _, m in _models(record):
         hop = m["cases"].get("hopattn", {})
         r = hop.get("routing")
         out += f"### {m['label']}\n\n"
@@ -212,7 +219,7 @@ def render(records: dict) -> str:
         if not record["models"]:
             continue
         page += f"## Measured{f' on {slug}' if slug else ''}\n\n" + _provenance(record) + "\n"
-        for _, m in sorted(record["models"].items()):
+        for _, m in _models(record):
             tokens = ", ".join(f"{n:,} {k}" for k, n in sorted(m["tokens"].items()))
             page += f"- **{_cell(m['label'])}** ({m['library']}): {_cell(m['workload'])}; tokens: {tokens}.\n"
         page += "\n" + _tables(record) + "\n"

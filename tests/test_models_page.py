@@ -131,3 +131,12 @@ def test_page_renders_to_html_tables_and_svg():
     html = markdown.markdown(models_page.render({"nvidia-h200": fixture()}), extensions=["tables", "fenced_code"])
     assert html.count("<table>") == 3 + 3  # whole step, attention, outputs; a calls table per model
     assert html.count("<svg") == 2
+
+
+def test_models_are_listed_in_natural_order():
+    data = fixture()
+    eight = copy.deepcopy(data["models"]["llama-3.1-8b-prefill-32k"])
+    eight["label"] = "Llama-3.1-8B prefill, 8k tokens"
+    data["models"]["llama-3.1-8b-prefill-8k"] = eight
+    page = models_page.render(mr.validate(data))
+    assert page.index("| Llama-3.1-8B prefill, 8k tokens |") < page.index("| Llama-3.1-8B prefill, 32k tokens |")
