@@ -78,8 +78,10 @@ def stage_choices(stages: dict[int, Stage]) -> str:
     return f"one of {sorted(stages)} (an int), or None for the final stage"
 
 
-def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Call:
+def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: bool = False) -> Call:
     """Every check that needs no data pointer. Raises TypeError or ValueError naming the argument."""
+    if lse and not stage.lse:
+        raise ValueError(f"return_lse: stage {stage.id} does not compute the log-sum-exp (stage 20 and later do)")
     if layout not in ("bhsd", "bshd"):
         raise ValueError(f"layout: expected 'bhsd' ([B, H, L, 128]) or 'bshd' ([B, L, H, 128]), got {layout!r}")
     if layout not in stage.layouts:
@@ -105,7 +107,8 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Cal
         if not getattr(stage, "gqa", False):
             raise ValueError(f"k: expected {heads} heads as in q, got shape {tuple(k.shape)} ({layout.upper()}); "
                              f"stage {stage.id} has no grouped-query attention: repeat k and v to {heads} heads "
-                             f"(repeat_interleave on the head axis)")
+                             f"(repeat_interleave on the head axis), or use stage 20 or later, which reads them as "
+                             f"they are")
         if kv_heads == 0 or heads % kv_heads:
             raise ValueError(f"k: grouped-query attention needs q's {heads} heads to be a multiple of k's and v's, "
                              f"got {kv_heads} in shape {tuple(k.shape)}")
