@@ -1,4 +1,4 @@
-"""Sessions: tests (default), docs, serve, facts, bench (GPU), lint.
+"""Sessions: tests (default), docs, serve, facts, bench (GPU), bench_models (GPU), lint.
 
     nox                                   # = nox -s tests
     nox -s serve                          # build and serve the site at http://127.0.0.1:8000
@@ -71,6 +71,17 @@ def bench(session):
     machines often cannot install packages.
     """
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session(python=False)
+def bench_models(session):
+    """Time real models (Llama-3.1-8B, Wan2.1 14B and 1.3B, LTX-2) with SDPA, cuDNN, hopattn and the
+    FlashAttention peers on the same weights; writes bench/results/models-<gpu>.json.
+
+    Runs in the current Python environment, which must have torch with CUDA, transformers and diffusers
+    and this project installed (README: "Use it in a model"). `nox -s bench_models -- --dry-run` runs tiny models on CPU.
+    """
+    session.run("python", "-m", "bench.models", *session.posargs)
 
 
 @nox.session

@@ -129,7 +129,7 @@ def launcher(variant: Variant, q, k, v, out, causal: bool):
 
         def run():
             lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st_q, st_k, st_k, st_q, b, h, lq, lk,
-                       128, 1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream)
+                       128, 1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
         return run
     if variant.name == "cudnn":
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -25,6 +25,17 @@ def initialise() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
+def healthy() -> bool:
+    """Whether this process can still run GPU work (after a sticky error, such as an illegal address,
+    every later CUDA call fails)."""
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _stage(number: int) -> lineage.Stage:
     return {s.number: s for s in hopattn.stages()}[number]
 
@@ -257,3 +268,41 @@ def strided_equals_contiguous(stage: int, seed: int) -> None:
     v = draw((2, 3, 640, 128), gen)
     assert torch.equal(hopattn.attention(q, k, v, stage=stage),
                        hopattn.attention(q.contiguous(), k.contiguous(), v, stage=stage)), "strided view differs"
+
+
+def lse_matches(stage: int, shape: dict, seed: int) -> dict:
+    """The log-sum-exp against float64: ln sum_j exp(scale q·k_j) over the keys a row sees, -inf
+    for a row that sees none; and the output returned with it equals the output without it."""
+    layout = shape["layout"]
+    (q, k, v), (qx, kx, vx) = _make_inputs(shape, seed)
+    scale = 1 / math.sqrt(128)
+    out, lse = hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=stage, layout=layout, return_lse=True)
+    plain = hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=stage, layout=layout)
+    assert torch.equal(out, plain), "asking for the log-sum-exp changed the output"
+    group = q.shape[1] // k.shape[1]
+    k64 = k.double().repeat_interleave(group, dim=1)
+    s = torch.matmul(q.double(), k64.transpose(-1, -2)) * scale
+    if shape["causal"]:
+        lq, lk = q.shape[2], k.shape[2]
+        limit = torch.arange(lq, device=q.device)[:, None] + (lk - lq)
+        s.masked_fill_(torch.arange(lk, device=q.device)[None, :] > limit, float("-inf"))
+    ref = torch.logsumexp(s, dim=-1)
+    seen = torch.isfinite(ref)
+    assert lse.shape == ref.shape and lse.dtype == torch.float32
+    assert torch.equal(torch.isinf(lse) & (lse < 0), ~seen), "-inf exactly for the rows that see no key"
+    err = (lse.double()[seen] - ref[seen]).abs().max().item() if seen.any() else 0.0
+    assert err < 2e-2, f"log-sum-exp off by {err:.2e}"
+    return {"max_abs_err": err}
+
+
+def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
+    """K/V with fewer heads give exactly what the same K/V repeated to q's heads give."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for kv_heads in (1, 2, 4):
+        q = draw((2, 8, 700, 128), gen)
+        k, v = draw((2, kv_heads, 900, 128), gen), draw((2, kv_heads, 900, 128), gen)
+        grouped = hopattn.attention(q, k, v, causal=causal, stage=stage)
+        group = 8 // kv_heads
+        repeated = hopattn.attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=causal,
+                                     stage=stage)
+        assert torch.equal(grouped, repeated), f"kv_heads={kv_heads}: grouped and repeated K/V differ"

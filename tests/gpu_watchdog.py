@@ -52,10 +52,11 @@ class Worker:
             self._write(f"DIED  {label} (exit code {code})")
             raise CaseFailed(f"the worker process died (exit code {code}): {label}") from None
         seconds = time.monotonic() - started
-        self._write(f"{status:5s} {label} in {seconds:.2f} s")
+        reason = "" if status == "ok" else ": " + payload.strip().splitlines()[-1][:300]
+        self._write(f"{status:5s} {label} in {seconds:.2f} s{reason}")
         if status == "ok":
             return payload
-        if status == "error":  # an unexpected exception: the CUDA context may be unusable, start afresh
+        if status == "fatal":  # the worker's CUDA context no longer works: start afresh
             self._kill()
         raise CaseFailed(f"{payload}\n  case: {label}")
 
@@ -98,7 +99,8 @@ class Worker:
 
 def _serve(conn, cases: str) -> None:
     """The worker's loop: run each case it is sent, answer ("ok", result), ("fail", message) for a
-    failed check, or ("error", traceback) for anything else."""
+    failed check, ("error", traceback) for any other exception, or ("fatal", traceback) for one
+    after which the module's healthy() says the process cannot run GPU work any more."""
     import importlib
 
     module = importlib.import_module(cases)  # gpu_cases imports torch and initialises CUDA here only
@@ -114,4 +116,6 @@ def _serve(conn, cases: str) -> None:
         except AssertionError as err:
             conn.send(("fail", str(err)))
         except Exception:  # noqa: BLE001  (reported to the test, which fails naming the case)
-            conn.send(("error", traceback.format_exc(limit=8)))
+            # "fatal" when the process can no longer run GPU work (a sticky CUDA error): replaced.
+            healthy = getattr(module, "healthy", lambda: True)()
+            conn.send(("error" if healthy else "fatal", traceback.format_exc(limit=8)))

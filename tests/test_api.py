@@ -212,3 +212,10 @@ def test_torch_compile_traces_a_call_with_out(no_launch):
 
 def test_default_stage_is_the_last():
     assert hopattn.final_stage() == hopattn.stages()[-1].number
+
+
+def test_a_strided_out_with_gaps_is_accepted_by_the_strided_stages():
+    q = meta(2, 300, 4, 128)
+    wide = meta(2, 300, 4, 2, 128)
+    out = wide[:, :, :, 0]
+    assert hopattn.attention(q, q, q, layout="bshd", out=out, stage=19) is out

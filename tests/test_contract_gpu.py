@@ -65,3 +65,25 @@ def test_strided_views_are_read_without_a_copy(gpu, stage):
 def test_repeated_launches_agree_bit_for_bit(gpu, stage):
     shape, seed = _shape(3, 7, 1500, 1500, True), GPU_SEED + stage.number
     gpu.call("check", label=_label(stage, shape, seed), stage=stage.number, shape=shape, seed=seed, repeat=True)
+
+
+GQA = [s for s in FULL if s.gqa]
+LSE = [s for s in FULL if s.lse]
+LSE_SHAPES = [(2, 3, 300, 1000, False, "bhsd"), (2, 4, 1000, 300, True, "bshd"), (1, 8, 4097, 4099, True, "bhsd")]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("stage", GQA, ids=[s.name for s in GQA])
+def test_grouped_kv_heads_equal_repeated_heads(gpu, stage, causal):
+    gpu.call("gqa_equals_repeated_heads", label=f"stage {stage.id}: GQA against repeated K/V, causal={causal}",
+             stage=stage.number, seed=GPU_SEED, causal=causal)
+
+
+@pytest.mark.parametrize("case", LSE_SHAPES, ids=[f"{c[0]}x{c[1]}x{c[2]}x{c[3]}-{'causal' if c[4] else 'full'}-{c[5]}"
+                                                  for c in LSE_SHAPES])
+@pytest.mark.parametrize("stage", LSE, ids=[s.name for s in LSE])
+def test_log_sum_exp_against_float64(gpu, stage, case):
+    batch, heads, len_q, len_k, causal, layout = case
+    shape = dict(_shape(batch, heads, len_q, len_k, causal, layout), kv_heads=heads // 2 if stage.gqa else 0)
+    gpu.call("lse_matches", label=_label(stage, shape, GPU_SEED) + ", log-sum-exp", stage=stage.number, shape=shape,
+             seed=GPU_SEED)

@@ -32,9 +32,12 @@ def test_failed_checks_keep_the_worker_and_errors_replace_it(worker):
     with pytest.raises(CaseFailed, match="relative error 3.1e-01.*\n  case: fuzz #4"):
         worker.call("fails", label="fuzz #4")
     assert worker.call("pid", label="pid") == first  # a failed check leaves the context usable
-    with pytest.raises(CaseFailed, match="illegal memory access"):
+    with pytest.raises(CaseFailed, match="q: expected a CUDA tensor"):
         worker.call("raises", label="fuzz #5")
-    assert worker.call("pid", label="pid") != first  # anything else: a fresh process and CUDA context
+    assert worker.call("pid", label="pid") == first  # an exception that leaves the process healthy
+    with pytest.raises(CaseFailed, match="illegal memory access"):
+        worker.call("poisons", label="fuzz #6")
+    assert worker.call("pid", label="pid") != first  # a sticky error: a fresh process and CUDA context
 
 
 def test_a_crash_fails_its_case(worker):

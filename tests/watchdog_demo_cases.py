@@ -28,7 +28,20 @@ def crashes() -> None:
 
 
 def raises() -> None:
+    raise ValueError("q: expected a CUDA tensor")
+
+
+def poisons() -> None:
+    global _POISONED
+    _POISONED = True
     raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+_POISONED = False
+
+
+def healthy() -> bool:
+    return not _POISONED
 
 
 def pid() -> int:

@@ -83,7 +83,7 @@ def _check_device_supports(s: lineage.Stage, device: torch.device) -> None:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
-              out: torch.Tensor | None = None) -> torch.Tensor:
+              out: torch.Tensor | None = None, return_lse: bool = False):
     """softmax(scale · q kᵀ) v for bf16 CUDA tensors with head dim 128. Forward only.
 
     Layouts: ``layout="bhsd"``: q [B, H, Lq, 128], k and v [B, H, Lk, 128]; ``layout="bshd"``
@@ -96,12 +96,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     that sees no key (causal with Lq > Lk, or Lk = 0) gets an output of 0. Empty batch, heads or
     queries give an empty result.
 
-    ``scale`` (positive) defaults to 1/sqrt(128); ``stage`` to the final stage. k and v must have
-    q's number of heads (grouped-query inputs raise an error naming the fix, on stages without
-    ``gqa`` in their spec). Returns a new tensor shaped like q (contiguous), or writes into ``out``
-    (shaped like q, laid out as the stage can write, sharing no memory with q, k or v) and returns
-    it. There is no backward: ``.backward()`` through the result raises an error, and ``out=``
-    refuses inputs that require grad while grad mode is on (use ``torch.no_grad()``).
+    ``scale`` (positive) defaults to 1/sqrt(128); ``stage`` to the final stage. Grouped-query and
+    multi-query attention: on stages with ``gqa`` (20 on), k and v may have fewer heads than q, a
+    divisor of q's; query head h reads K/V head h // (H_q / H_kv), as torch's SDPA with
+    enable_gqa=True. Earlier stages refuse such inputs with an error that names the fix.
+
+    Returns a new tensor shaped like q (contiguous), or writes into ``out`` (shaped like q, laid
+    out as the stage can write, sharing no memory with q, k or v) and returns it. With
+    ``return_lse=True`` (stages with ``lse``, 20 on; not with ``out``) it returns ``(out, lse)``,
+    lse the natural log-sum-exp of each row's scaled scores, fp32 [B, H_q, Lq] (-inf for a row that
+    sees no key). There is no backward: ``.backward()`` through the result raises an error, and
+    ``out=`` refuses inputs that require grad while grad mode is on (use ``torch.no_grad()``).
     """
     # The op's schema would refuse a wrong type too, with the dispatcher's wording; these say what to pass.
     _stage(stage)
@@ -109,7 +114,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
     if not isinstance(layout, str):
         raise TypeError(f"layout: expected 'bhsd' or 'bshd', got {type(layout).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
     contract.check_scale(scale)
+    if return_lse:
+        if out is not None:
+            raise ValueError("return_lse: not with out= (the log-sum-exp comes with a new output tensor)")
+        return torch.ops.hopattn.attention_lse(q, k, v, causal, scale, stage, layout)
     if out is None:
         return torch.ops.hopattn.attention(q, k, v, causal, scale, stage, layout)
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
@@ -120,17 +131,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     return out
 
 
-def _checked(q, k, v, out, causal, scale, stage, layout) -> contract.Call:
-    return contract.check_call(q, k, v, causal=causal, scale=scale, stage=_stage(stage), layout=layout, out=out)
+def _checked(q, k, v, out, causal, scale, stage, layout, lse=False) -> contract.Call:
+    return contract.check_call(q, k, v, causal=causal, scale=scale, stage=_stage(stage), layout=layout, out=out,
+                               lse=lse)
 
 
-def _run(call: contract.Call, q, k, v, out) -> None:
-    """The real implementation behind both ops: pointer checks, the empty cases, then the launch."""
+def _run(call: contract.Call, q, k, v, out, lse=None) -> None:
+    """The real implementation behind the ops: pointer checks, the empty cases, then the launch."""
     contract.check_memory(call, q, k, v, out)
     if call.nothing_to_compute:
         return
     if call.no_keys:  # every row sees no key
         out.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
         return
     s = call.stage
     _check_device_supports(s, q.device)
@@ -139,11 +153,15 @@ def _run(call: contract.Call, q, k, v, out) -> None:
         lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), call.strides(q), call.strides(k),
                    call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, HEAD_DIM,
                    call.scale, call.causal, torch.cuda.get_device_properties(q.device).multi_processor_count,
-                   torch.cuda.current_stream(q.device).cuda_stream)
+                   torch.cuda.current_stream(q.device).cuda_stream, call.kv_heads, 0 if lse is None else lse.data_ptr())
 
 
 def _new_out(q: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _new_lse(q: torch.Tensor, call: contract.Call) -> torch.Tensor:
+    return torch.empty((call.batch, call.heads, call.len_q), dtype=torch.float32, device=q.device)
 
 
 @torch.library.custom_op("hopattn::attention", mutates_args=())
@@ -159,6 +177,22 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd"):
     _checked(q, k, v, None, causal, scale, stage, layout)
     return _new_out(q)
+
+
+@torch.library.custom_op("hopattn::attention_lse", mutates_args=())
+def _attention_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                      scale: float | None = None, stage: int | None = None,
+                      layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor]:
+    call = _checked(q, k, v, None, causal, scale, stage, layout, lse=True)
+    out, lse = _new_out(q), _new_lse(q, call)
+    _run(call, q, k, v, out, lse)
+    return out, lse
+
+
+@_attention_lse_op.register_fake
+def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd"):
+    call = _checked(q, k, v, None, causal, scale, stage, layout, lse=True)
+    return _new_out(q), _new_lse(q, call)
 
 
 @torch.library.custom_op("hopattn::attention_out", mutates_args=("out",))
@@ -179,3 +213,4 @@ def _no_backward(ctx, grad):
 
 
 torch.library.register_autograd("hopattn::attention", _no_backward)
+torch.library.register_autograd("hopattn::attention_lse", _no_backward)

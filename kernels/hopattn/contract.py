@@ -78,8 +78,10 @@ def stage_choices(stages: dict[int, Stage]) -> str:
     return f"one of {sorted(stages)} (an int), or None for the final stage"
 
 
-def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Call:
+def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: bool = False) -> Call:
     """Every check that needs no data pointer. Raises TypeError or ValueError naming the argument."""
+    if lse and not stage.lse:
+        raise ValueError(f"return_lse: stage {stage.id} does not compute the log-sum-exp (stage 20 and later do)")
     if layout not in ("bhsd", "bshd"):
         raise ValueError(f"layout: expected 'bhsd' ([B, H, L, 128]) or 'bshd' ([B, L, H, 128]), got {layout!r}")
     if layout not in stage.layouts:
@@ -105,7 +107,8 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Cal
         if not getattr(stage, "gqa", False):
             raise ValueError(f"k: expected {heads} heads as in q, got shape {tuple(k.shape)} ({layout.upper()}); "
                              f"stage {stage.id} has no grouped-query attention: repeat k and v to {heads} heads "
-                             f"(repeat_interleave on the head axis)")
+                             f"(repeat_interleave on the head axis), or use stage 20 or later, which reads them as "
+                             f"they are")
         if kv_heads == 0 or heads % kv_heads:
             raise ValueError(f"k: grouped-query attention needs q's {heads} heads to be a multiple of k's and v's, "
                              f"got {kv_heads} in shape {tuple(k.shape)}")
@@ -115,8 +118,9 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None) -> Cal
         if out.shape != q.shape or out.device != q.device:
             raise ValueError(f"out: expected a torch.bfloat16 tensor of shape {tuple(q.shape)} on {q.device}, got "
                              f"{tuple(out.shape)} on {out.device}")
-        if torch._debug_has_internal_overlap(out) != 0:
-            raise ValueError(f"out: its elements overlap each other (strides {out.stride()}): pass a contiguous out")
+        if _self_overlapping(out):
+            raise ValueError(f"out: its elements overlap each other (strides {out.stride()} for shape "
+                             f"{tuple(out.shape)}): pass a contiguous out")
     for what, value in (("batch", batch), ("heads", heads), ("len_q", len_q), ("len_k", len_k)):
         if value > _INT_LIMIT:
             raise ValueError(f"q: {what} must be below 2^31, got {value}")
@@ -183,6 +187,19 @@ def check_scale(scale) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale: expected a finite positive number (default 1/sqrt({HEAD_DIM})), got {scale!r}")
     return float(scale)
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of t can share an address. Sufficient test: with the axes of size > 1
+    sorted by stride, each stride must reach past the whole extent of the axes inside it (a strided
+    view with gaps, like one slice of a packed tensor, passes; an expanded or folded view does not)."""
+    axes = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    extent = 1
+    for stride, size in axes:
+        if stride < extent:
+            return True
+        extent = stride * (size - 1) + extent
+    return False
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -17,6 +17,9 @@ namespace {
 
 using LaunchFn = int (*)(const AttnParams*, cudaStream_t, char*, int);
 using DescribeFn = int (*)(KernelInfo*, char*, int);
+// Exported only by builds with -DHOPATTN_TRACE (common/trace.cuh).
+using TraceSetupFn = int (*)(void*, void*, void*, void*, int, int, int, char*, int);
+using TraceCapacityFn = int (*)();
 
 using Strides = std::array<int64_t, 3>;
 
@@ -29,6 +32,8 @@ public:
         describe_ = reinterpret_cast<DescribeFn>(dlsym(handle_, "hopattn_describe"));
         if (!launch_ || !describe_)
             throw std::runtime_error(path + " does not export hopattn_launch and hopattn_describe");
+        trace_setup_ = reinterpret_cast<TraceSetupFn>(dlsym(handle_, "hopattn_trace_setup"));
+        trace_capacity_ = reinterpret_cast<TraceCapacityFn>(dlsym(handle_, "hopattn_trace_capacity"));
     }
     StageLibrary(const StageLibrary&) = delete;
     StageLibrary& operator=(const StageLibrary&) = delete;
@@ -36,7 +41,7 @@ public:
 
     void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, Strides q_stride, Strides k_stride,
                 Strides v_stride, Strides o_stride, int batch, int heads, int len_q, int len_k, int head_dim,
-                float scale, bool causal, int num_sms, uintptr_t stream) const {
+                float scale, bool causal, int num_sms, uintptr_t stream, int kv_heads, uintptr_t lse) const {
         AttnParams p{};
         p.q = reinterpret_cast<const void*>(q);
         p.k = reinterpret_cast<const void*>(k);
@@ -56,6 +61,8 @@ public:
         p.scale = scale;
         p.causal = causal ? 1 : 0;
         p.num_sms = num_sms;
+        p.kv_heads = kv_heads;
+        p.lse = reinterpret_cast<float*>(lse);
         char err[512] = {0};
         int status;
         {
@@ -83,6 +90,21 @@ public:
         return d;
     }
 
+    // Traced builds: where the next launch records to (device pointers), and records per warp.
+    bool traced() const { return trace_setup_ != nullptr; }
+    void trace_setup(uintptr_t events, uintptr_t base, uintptr_t info, uintptr_t slots, int max_ctas, int warps,
+                     int target_sm) const {
+        if (!trace_setup_) throw std::runtime_error(path_ + " was not built with -DHOPATTN_TRACE");
+        char err[512] = {0};
+        if (trace_setup_(reinterpret_cast<void*>(events), reinterpret_cast<void*>(base), reinterpret_cast<void*>(info),
+                         reinterpret_cast<void*>(slots), max_ctas, warps, target_sm, err, sizeof(err)) != 0)
+            throw std::runtime_error(err);
+    }
+    int trace_capacity() const {
+        if (!trace_capacity_) throw std::runtime_error(path_ + " was not built with -DHOPATTN_TRACE");
+        return trace_capacity_();
+    }
+
     const std::string& path() const { return path_; }
 
 private:
@@ -90,6 +112,8 @@ private:
     void* handle_ = nullptr;
     LaunchFn launch_ = nullptr;
     DescribeFn describe_ = nullptr;
+    TraceSetupFn trace_setup_ = nullptr;
+    TraceCapacityFn trace_capacity_ = nullptr;
 };
 
 }  // namespace
@@ -102,7 +126,11 @@ PYBIND11_MODULE(_native, m) {
         .def("launch", &StageLibrary::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
              py::arg("q_stride"), py::arg("k_stride"), py::arg("v_stride"), py::arg("o_stride"), py::arg("batch"),
              py::arg("heads"), py::arg("len_q"), py::arg("len_k"), py::arg("head_dim"), py::arg("scale"),
-             py::arg("causal"), py::arg("num_sms"), py::arg("stream"))
+             py::arg("causal"), py::arg("num_sms"), py::arg("stream"), py::arg("kv_heads"), py::arg("lse"))
         .def("describe", &StageLibrary::describe)
+        .def_property_readonly("traced", &StageLibrary::traced)
+        .def("trace_setup", &StageLibrary::trace_setup, py::arg("events"), py::arg("base"), py::arg("info"),
+             py::arg("slots"), py::arg("max_ctas"), py::arg("warps"), py::arg("target_sm"))
+        .def("trace_capacity", &StageLibrary::trace_capacity)
         .def_property_readonly("path", &StageLibrary::path);
 }

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
-#define HOPATTN_ABI_VERSION 1
+#define HOPATTN_ABI_VERSION 2
 
 struct AttnParams {
     const void* q;  // bf16, [batch, heads, len_q, head_dim] addressed through the strides below
@@ -27,6 +27,8 @@ struct AttnParams {
     float scale;  // softmax scale, usually 1/sqrt(head_dim)
     int causal;   // 0 or 1 (bottom-right aligned diagonal, as FlashAttention)
     int num_sms;  // multiprocessors on the device (for persistent grids)
+    int kv_heads; // heads of k and v: `heads`, or a divisor of it (grouped-query; stages with gqa only)
+    float* lse;   // null, or fp32 [batch, heads, len_q]: the log-sum-exp of each row (stages with lse only)
 };
 
 struct KernelInfo {

@@ -1,0 +1,273 @@
+"""End-to-end model benchmark: real model configurations (random weights) with each attention
+backend on the same weights; writes bench/results/models-<gpu-slug>.json.
+
+    python -m bench.models                      # every model, every backend (about 7 minutes on an H200)
+    python -m bench.models --models llama-3.1-8b --backends sdpa,hopattn
+    python -m bench.models --dry-run            # tiny configurations on CPU, the reference kernel for hopattn
+
+Each model group runs in its own process (built once; backends switched on the same weights), under
+a watchdog: every case is printed before it starts, and one that runs past --case-timeout is killed,
+recorded as a hang, and the run goes on with a fresh process for the cases left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench import model_cases
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "bench" / "results"
+BACKENDS = ("sdpa", "cudnn", "hopattn", "fa3", "fa4")  # sdpa first: the others are compared with it
+
+
+def _records():
+    from hopattn import model_records
+
+    return model_records
+
+
+def parse_list(text: str, choices, what: str) -> list[str]:
+    if text.strip().lower() == "all":
+        return list(choices)
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in choices]
+    if unknown or not names:
+        raise SystemExit(f"--{what}: unknown {unknown[0] if unknown else text!r}; expected some of "
+                         f"{', '.join(choices)} or 'all'")
+    return [c for c in choices if c in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.models", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="models: " + ", ".join(model_cases.GROUPS))
+    p.add_argument("--models", default="all", help="model groups: 'all' (default) or a comma-separated list")
+    p.add_argument("--backends", default="all", help=f"'all' (default) or some of {','.join(BACKENDS)}")
+    p.add_argument("--reps", type=int, default=3, help="timed steps per case (median reported; default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps before them (default 1)")
+    p.add_argument("--case-timeout", type=float, default=300.0,
+                   help="seconds one case (warm-up with any JIT compile, timed steps, attention replay) may "
+                        "take before it counts as a hang (default 300)")
+    p.add_argument("--build-timeout", type=float, default=300.0,
+                   help="seconds for starting a process and building its model (default 300)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="tiny configurations on CPU, the float64 reference standing in for the hopattn kernel")
+    p.add_argument("--out", type=Path, default=None,
+                   help="record to write (default bench/results/models-<gpu>.json; dry run: a temporary file); "
+                        "models already in it and not run now are kept")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+class Child:
+    """One bench.model_runner process: its output is echoed and its last lines kept; its progress
+    events are read from a JSON-lines file."""
+
+    def __init__(self, cmd: list[str], progress: Path, env: dict):
+        self.progress, self.seen = progress, 0
+        self.tail = collections.deque(maxlen=40)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                     start_new_session=True, cwd=REPO)
+        self.reader = threading.Thread(target=self._echo, daemon=True)
+        self.reader.start()
+
+    def _echo(self):
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip())
+            print(f"  | {line.rstrip()}", flush=True)
+
+    def events(self) -> list[dict]:
+        if not self.progress.exists():
+            return []
+        lines = self.progress.read_text().split("\n")[:-1]  # the part after the last newline may be half written
+        new = [json.loads(ln) for ln in lines[self.seen:] if ln.strip()]
+        self.seen = len(lines)
+        return new
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the whole session: the child and anything it started
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def why_ended(self) -> str:
+        self.reader.join(timeout=5)
+        lines = [ln for ln in self.tail if ln.strip()]
+        return f"process exited with code {self.proc.returncode}" + (f": {lines[-1][-300:]}" if lines else "")
+
+
+def run_group(group, backends: list[str], args, workdir: Path, state: dict, poll_s: float = 0.2) -> None:
+    """Run every (workload, backend) case of ``group``; results land in state["cases"][workload][backend]."""
+    pending = [(wl.id, b) for wl in group.workloads for b in backends]
+    cases, launches = state["cases"], 0
+    while pending:
+        launches += 1
+        progress = workdir / f"{group.id}.{launches}.jsonl"
+        cmd = [sys.executable, "-m", "bench.model_runner", "--group", group.id,
+               "--cases", ",".join(f"{w}:{b}" for w, b in pending), "--progress", str(progress),
+               "--workdir", str(workdir), "--reps", str(args.reps), "--warmup", str(args.warmup),
+               "--seed", str(args.seed)] + (["--dry-run"] if args.dry_run else [])
+        print(f"[bench.models] {group.id}: starting a process for {len(pending)} case(s): "
+              f"{', '.join(f'{w}/{b}' for w, b in pending)}", flush=True)
+        child = Child(cmd, progress, dict(os.environ))  # the installed package: no path edits
+        watch = {"deadline": time.monotonic() + args.build_timeout, "current": None}
+
+        def handle(ev, watch=watch):
+            kind = ev["event"]
+            if kind == "environment":
+                state.setdefault("environment", ev["environment"])
+            elif kind == "built":
+                state["built"][group.id] = {"build_s": ev["build_s"], "params": ev["params"]}
+                watch["deadline"] = time.monotonic() + args.case_timeout  # the capture forward comes next
+            elif kind == "workload":
+                state["workloads"][ev["workload"]] = {"calls": ev["calls"], "tokens": ev["tokens"]}
+            elif kind == "case_start":
+                watch["current"] = (ev["workload"], ev["backend"])
+                watch["deadline"] = time.monotonic() + args.case_timeout
+                print(f"[bench.models] {ev['workload']} / {ev['backend']}: started "
+                      f"(timeout {args.case_timeout:.0f} s)", flush=True)
+            elif kind == "case_done":
+                key = (ev["workload"], ev["backend"])
+                cases.setdefault(key[0], {})[key[1]] = ev["result"]
+                if key in pending:
+                    pending.remove(key)
+                watch["current"] = None
+                watch["deadline"] = time.monotonic() + args.case_timeout  # until the next case starts
+
+        while True:
+            for ev in child.events():
+                handle(ev)
+            if child.proc.poll() is not None:
+                for ev in child.events():  # written just before it exited
+                    handle(ev)
+                why, current = child.why_ended(), watch["current"]
+                if current is not None:
+                    _fail(cases, pending, [current], "failed", why)
+                elif pending and group.id not in state["built"]:
+                    _fail(cases, pending, list(pending), "failed", f"the model was not built ({why})")
+                elif pending and child.proc.returncode == 0:
+                    _fail(cases, pending, list(pending), "failed", "the process ended without running this case")
+                break
+            if time.monotonic() > watch["deadline"]:
+                child.kill()
+                current = watch["current"]
+                what = f"{current[0]} / {current[1]}" if current else f"{group.id} (starting, building or capturing)"
+                print(f"[bench.models] HANG: {what} gave no result in time; killed its process", flush=True)
+                limit = args.case_timeout if current or group.id in state["built"] else args.build_timeout
+                message = f"no result within {limit:.0f} s (watchdog): the process was killed"
+                _fail(cases, pending, [current] if current else list(pending), "hang", message)
+                break
+            time.sleep(poll_s)
+
+
+def _fail(cases, pending, keys, status, message) -> None:
+    for key in keys:
+        cases.setdefault(key[0], {})[key[1]] = {"status": status, "message": message}
+        if key in pending:
+            pending.remove(key)
+
+
+EMPTY_CASE = {"message": None, "step_ms": None, "attention_ms": None, "memory_gib": None, "speedup_step": None,
+              "speedup_attention": None, "errors": {}, "routing": None}
+
+
+def assemble(state: dict, groups, run_id: str, run: dict) -> dict:
+    """The record of this run, from what the child processes reported."""
+    models = {}
+    for group in groups:
+        built = state["built"].get(group.id, {})
+        for wl in group.workloads:
+            got = state["cases"].get(wl.id)
+            if not got:
+                continue
+            info = state["workloads"].get(wl.id, {})
+            ref = got.get("sdpa", {})
+            cases = {}
+            for name, result in got.items():
+                case = {**EMPTY_CASE, **result}
+                if case["status"] == "ok" and ref.get("status") == "ok":
+                    case["speedup_step"] = ref["step_ms"]["median"] / case["step_ms"]["median"]
+                    if ref.get("attention_ms") and case.get("attention_ms"):
+                        case["speedup_attention"] = ref["attention_ms"] / case["attention_ms"]
+                if name == "sdpa":
+                    case["errors"] = {}
+                cases[name] = case
+            models[wl.id] = {"run": run_id, "label": wl.label, "library": group.library,
+                             "config_source": group.config_source, "workload": wl.workload,
+                             "tokens": info.get("tokens") or wl.tokens(run["dry_run"]),
+                             "params": built.get("params"), "build_s": built.get("build_s"), "strict": group.strict,
+                             "attention_calls": info.get("calls", []), "cases": cases}
+    return {"schema_version": _records().SCHEMA_VERSION, "runs": {run_id: run}, "models": models}
+
+
+def plan(groups, backends, args) -> str:
+    lines, total = [], 0.0
+    for g in groups:
+        for wl in g.workloads:
+            per_case = wl.est_step_s * (args.warmup + args.reps + 1) + 2.0
+            total += per_case * len(backends)
+            lines.append(f"  {wl.id}: {', '.join(backends)} (~{per_case:.0f} s a backend)")
+        total += 30.0  # process start, imports and the model build
+    head = "dry run on CPU" if args.dry_run else f"estimated ~{total / 60:.1f} min on an H200 plus any JIT compiles"
+    return f"[bench.models] plan ({head}):\n" + "\n".join(lines)
+
+
+def write(state: dict, groups, args, argv, started: dt.datetime, commit, dirty) -> tuple[Path, dict]:
+    """Merge what has run so far into the record file (after every group: a run cut short keeps it)."""
+    records = _records()
+    env = {k: state.get("environment", {}).get(k) for k in records.ENV_FIELDS}
+    run = {"date": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "git_commit": commit, "dirty": dirty,
+           "dry_run": bool(args.dry_run), "command": "python -m bench.models " + shlex.join(argv), "environment": env}
+    record = assemble(state, groups, started.strftime("%Y%m%dT%H%M%SZ"), run)
+    out = args.out
+    if out is None:
+        out = (Path(tempfile.gettempdir()) / "hopattn-models-dry-run.json" if args.dry_run
+               else records.record_path(RESULTS_DIR, env["gpu_name"] or "unknown-gpu"))
+    old = records.load(out) if out.exists() else None
+    records.dump(records.merge(old, record), out)
+    return out, record
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    groups = [model_cases.GROUPS[g] for g in parse_list(args.models, tuple(model_cases.GROUPS), "models")]
+    backends = parse_list(args.backends, BACKENDS, "backends")
+    print(plan(groups, backends, args), flush=True)
+    from bench.env import git_state
+
+    commit, dirty = git_state()
+    started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    state = {"cases": {}, "built": {}, "workloads": {}}
+    with tempfile.TemporaryDirectory(prefix="hopattn-models-") as tmp:
+        for i, group in enumerate(groups):
+            run_group(group, backends, args, Path(tmp), state)
+            out, record = write(state, groups[: i + 1], args, argv, started, commit, dirty)
+            print(f"[bench.models] wrote {out}", flush=True)
+    for model_id, model in record["models"].items():
+        for name, case in model["cases"].items():
+            step = case["step_ms"]["median"] if case.get("step_ms") else None
+            shown = f"{step:.1f} ms" if step else case["status"]
+            speed = f", {case['speedup_step']:.3f}x SDPA" if case.get("speedup_step") else ""
+            print(f"  {model_id} / {name}: {shown}{speed}" + (f" ({case['message']})" if case.get("message") else ""))
+    bad = [(m, n) for m, model in record["models"].items() for n, c in model["cases"].items()
+           if c["status"] in ("hang", "failed", "refused")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

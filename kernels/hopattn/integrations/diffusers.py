@@ -1,0 +1,124 @@
+"""hopattn as a diffusers attention backend (diffusers 0.42).
+
+    from hopattn.integrations import diffusers as hop
+    hop.register()                                    # once: "hopattn" becomes an attention backend
+    pipe.transformer.set_attention_backend("hopattn")  # or: with attention_backend("hopattn"): pipe(...)
+
+diffusers' models call ``dispatch_attention_fn`` (diffusers.models.attention_dispatch) with BSHD
+query/key/value; it looks the backend up in ``_AttentionBackendRegistry`` by an
+``AttentionBackendName`` member. The registry's own ``register`` decorator takes the function; the
+name has to be a member of that enum, which lists diffusers' built-in backends only, so ``register``
+adds a member for ``name`` (a str-valued Enum member like the others) before registering the
+function under it. ``set_attention_backend`` and ``attention_backend`` then accept the name.
+
+The tensors are passed to the kernel in place (layout "bshd"). Calls it cannot serve (a padding
+mask, head dim 64 as in LTX-2's audio attention, fp16/fp32, dropout, context parallelism) go to
+diffusers' native SDPA backend and are counted (strict=False) or raise RoutingError (strict=True).
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import masks, routing
+from .kernels import Kernel, hopattn_kernel
+
+LIBRARY = "diffusers"
+
+
+def backend_name(name: str):
+    """The ``AttentionBackendName`` member whose value is ``name``, added to the enum if missing."""
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    return _add_member(AttentionBackendName, name)
+
+
+def _add_member(enum_cls, value: str):
+    """A member of the str-valued Enum ``enum_cls`` with ``value`` (name: value upper-cased), added
+    as EnumType adds a member declared in the class body: found by value, by name and in iteration."""
+    if value in enum_cls._value2member_map_:
+        return enum_cls._value2member_map_[value]
+    member = str.__new__(enum_cls, value)
+    member._name_, member._value_ = value.upper(), value
+    member.__objclass__ = enum_cls
+    enum_cls._member_map_[member._name_] = member
+    enum_cls._value2member_map_[value] = member
+    enum_cls._member_names_.append(member._name_)
+    return member
+
+
+def register(strict: bool = False, kernel: Kernel | None = None, name: str = "hopattn") -> str:
+    """Make the diffusers attention backend ``name`` route to ``kernel`` (default: hopattn's final
+    stage). Returns ``name``; registering again replaces the earlier function."""
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    kernel = kernel or hopattn_kernel()
+    # No constraints: the backend checks its inputs itself, and falls back or refuses with a reason.
+    _AttentionBackendRegistry.register(backend_name(name), constraints=[])(make_backend(kernel, strict))
+    return name
+
+
+def unregister(name: str = "hopattn") -> None:
+    from diffusers.models.attention_dispatch import AttentionBackendName as Names
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry as registry
+
+    member = Names._value2member_map_.get(name)
+    if member is None:
+        return
+    for table in (registry._backends, registry._constraints, registry._supported_arg_names):
+        table.pop(member, None)
+    if registry._active_backend == member:
+        registry._active_backend = Names.NATIVE
+
+
+def make_backend(kernel: Kernel, strict: bool):
+    """The backend function dispatch_attention_fn calls (only the parameters it names are passed)."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+
+    def native(**kwargs):  # looked up per call: diffusers' own SDPA backend as registered now
+        return _AttentionBackendRegistry._backends[AttentionBackendName.NATIVE](**kwargs)
+
+    def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                  return_lse=False, _parallel_config=None):
+        causal, keys, reason = _plan(query, key, attn_mask, dropout_p, is_causal, return_lse, _parallel_config)
+        q_bhsd, k_bhsd, v_bhsd = (t.transpose(1, 2) for t in (query, key[:, :keys], value[:, :keys]))
+        shape = routing.shape_of(LIBRARY, q_bhsd, k_bhsd, causal, "bshd")
+        reason = reason or kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal)
+        if reason is None and scale is not None and not (math.isfinite(scale) and scale > 0):
+            reason = f"scale {scale} (the kernel takes a positive scale)"
+        if reason is not None:
+            routing.refuse_or_record(kernel.name, shape, reason, strict)
+            return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
+                          _parallel_config=_parallel_config)
+        scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+        out, mode = routing.serve(kernel, query, key[:, :keys], value[:, :keys], causal=causal, scale=scale,
+                                  layout="bshd")
+        routing.record(shape, mode=mode)
+        return out
+
+    attention.__name__ = f"{kernel.name}_diffusers_backend"
+    return attention
+
+
+def _plan(query, key, mask, dropout_p, is_causal, return_lse, parallel) -> tuple[bool, int, str | None]:
+    """(causal, keys to keep, reason the call cannot be served or None) for BSHD query/key."""
+    q_len, k_len = query.shape[1], key.shape[1]
+    if return_lse:
+        return is_causal, k_len, "log-sum-exp requested (return_lse)"
+    if parallel is not None:
+        return is_causal, k_len, "context parallelism"
+    if dropout_p:
+        return is_causal, k_len, f"dropout {dropout_p} (the kernel has none)"
+    if mask is not None and mask.dim() in (2, 3):
+        # [B, Lk] key padding or [B, Lq, Lk]: the [B, H, Lq, Lk] broadcast the native backend uses
+        mask = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
+    verdict = masks.classify(mask, q_len, k_len)
+    if verdict == masks.OTHER:
+        return is_causal, k_len, "attention mask (padding or another pattern than causal)"
+    if verdict == masks.CAUSAL:
+        return True, k_len, None
+    if is_causal:  # torch SDPA's is_causal, which the native backend uses, is top-left aligned
+        keys, reason = masks.top_left_causal(q_len, k_len)
+        return True, keys or k_len, reason
+    return False, k_len, None

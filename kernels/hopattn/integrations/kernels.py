@@ -1,0 +1,121 @@
+"""The attention kernels the integrations route to, described by what they can serve.
+
+A ``Kernel`` pairs a call of one contract — ``call(q, k, v, *, causal, scale, layout) -> out`` with
+q, k, v in ``layout`` ("bhsd" = [B, H, L, D], "bshd" = [B, L, H, D]), causal bottom-right aligned,
+a query row that sees no key giving 0 — with the limits the routing checks before calling it. The
+hopattn kernel is the one users get; the benchmark builds others (FlashAttention-3/-4) of the same
+shape, and the tests a float64 reference, so every kernel goes through the same glue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    call: Callable = field(repr=False)
+    head_dims: tuple[int, ...] = (128,)
+    dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,)
+    devices: tuple[str, ...] = ("cuda",)
+    gqa: bool = False  # reads k/v with fewer heads than q (Hq a multiple of Hkv) without copies
+    causal: bool = True
+    layouts: tuple[str, ...] = ("bhsd", "bshd")
+    strided: bool = True  # reads any strides with a contiguous head dim
+    bshd_packed_heads: bool = True  # "bshd" also needs the heads of a row packed (stride(2) == head dim)
+    label: str = ""
+
+    def unsupported(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str | None:
+        """Why this kernel cannot take these tensors (logical BHSD shapes), or None when it can."""
+        if q.device.type not in self.devices:
+            return f"device {q.device.type} ({self.name} runs on {'/'.join(self.devices)})"
+        for t in (q, k, v):
+            if t.dtype not in self.dtypes:
+                wanted = "/".join(str(d).removeprefix("torch.") for d in self.dtypes)
+                return f"dtype {str(t.dtype).removeprefix('torch.')} ({self.name} serves {wanted})"
+        dims = {q.shape[-1], k.shape[-1], v.shape[-1]}
+        if len(dims) > 1:
+            return f"head dims of q, k, v differ ({q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]})"
+        (dim,) = dims
+        if dim not in self.head_dims:
+            return f"head dim {dim} ({self.name} serves {'/'.join(map(str, self.head_dims))})"
+        hq, hkv = q.shape[1], k.shape[1]
+        if hkv == 0 or hq % hkv:
+            return f"{hq} query heads are not a multiple of {hkv} key/value heads"
+        if causal and not self.causal:
+            return f"causal mask ({self.name} is non-causal only)"
+        return None
+
+    def accepts(self, t: torch.Tensor, layout: str) -> bool:
+        """Whether ``t`` (in ``layout``) can be read in place, without a copy."""
+        if layout not in self.layouts or t.stride(-1) != 1:
+            return False
+        if not self.strided:
+            return t.is_contiguous()
+        return layout == "bhsd" or not self.bshd_packed_heads or t.stride(2) == t.shape[3]
+
+
+def hopattn_kernel(stage: int | None = None) -> Kernel:
+    """The hopattn kernel of ``stage`` (default: the final stage), with that stage's limits."""
+    from hopattn import api
+
+    spec = api._stage(stage)  # validates `stage`, names it in the error
+    number = spec.number
+
+    def call(q, k, v, *, causal, scale, layout):
+        # looked up at call time, so tests can stand a CPU reference in for the CUDA kernel
+        return api.attention(q, k, v, causal=causal, scale=scale, stage=number, layout=layout)
+
+    return Kernel(name="hopattn", label=f"hopattn stage {spec.id}", call=call, head_dims=(spec.head_dim,),
+                  gqa=bool(getattr(spec, "gqa", False)), causal=spec.causal, layouts=tuple(spec.layouts),
+                  strided="bshd" in spec.layouts)
+
+
+def reference_attention(q, k, v, *, causal=False, scale=None, layout="bhsd", gqa=True):
+    """The kernel contract computed in float64: bottom-right causal, GQA, rows with no key give 0.
+
+    Checks its inputs as the kernels do (a glue bug that sends a kernel what it cannot read fails
+    here, on CPU, instead of on the GPU). Returns a contiguous tensor in ``layout`` and q's dtype.
+    """
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
+    if layout == "bshd":
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.stride(2) != t.shape[3] or t.stride(3) != 1:
+                raise ValueError(f"{name}: expected BSHD with the heads of a row packed, got strides {t.stride()}")
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4 or t.stride(-1) != 1:
+            raise ValueError(f"{name}: expected a 4-d tensor with a contiguous head dim, got {tuple(t.shape)}")
+    batch, hq, len_q, dim = q.shape
+    hkv, len_k = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != batch:
+        raise ValueError(f"k, v: expected equal shapes with batch {batch}, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if hkv != hq and (not gqa or hq % hkv):
+        raise ValueError(f"k: expected {hq} heads{' (or a divisor)' if gqa else ''}, got {hkv}")
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    qf, kf, vf = (t.to(torch.float64) for t in (q, k, v))
+    if hkv != hq:
+        kf, vf = (t.repeat_interleave(hq // hkv, dim=1) for t in (kf, vf))
+    scores = (qf @ kf.transpose(-1, -2)) * scale
+    if causal:
+        rows = torch.arange(len_q, device=q.device)[:, None]
+        cols = torch.arange(len_k, device=q.device)[None, :]
+        scores = scores.masked_fill(cols > rows + (len_k - len_q), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row of -inf only: no key seen -> 0
+    out = (probs @ vf).to(q.dtype)
+    return (out.transpose(1, 2) if layout == "bshd" else out).contiguous()
+
+
+def reference_kernel(gqa: bool = True, devices: tuple[str, ...] = ("cpu", "cuda")) -> Kernel:
+    """hopattn's limits (bf16, head dim 128) with the float64 reference as its call."""
+
+    def call(q, k, v, *, causal, scale, layout):
+        return reference_attention(q, k, v, causal=causal, scale=scale, layout=layout, gqa=gqa)
+
+    return Kernel(name="reference", label="float64 reference", call=call, gqa=gqa, devices=devices)

@@ -1,0 +1,185 @@
+"""Which attention calls hopattn served, and why the others fell back.
+
+    with routing.track(strict=True) as report:
+        model(**inputs)
+    print(report.summary())   # "80 attention calls: 80 served by hopattn"
+
+Every call that reaches an integration (transformers' AttentionInterface, diffusers' attention
+dispatch) is recorded in each active report: served (directly, or after repeating K/V heads for a
+kernel without GQA, or after a copy into a layout the kernel reads) or sent to SDPA with its reason.
+A strict report refuses, at the call, anything the kernel cannot serve, and fails on exit if any call
+fell back or if no call came through at all (the model was never switched to hopattn).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+# How a served call reached the kernel.
+DIRECT = "direct"  # the tensors as the model made them
+REPEAT_KV = "repeat_kv"  # K/V heads repeated for a kernel that cannot read GQA in place
+COPIED = "copied"  # made contiguous (or transposed) into a layout the kernel reads
+
+
+class RoutingError(RuntimeError):
+    """A strict run met an attention call the kernel cannot serve (``reason`` says why)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """One attention call, as the benchmark replays it: logical BHSD sizes plus the mask."""
+
+    library: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    q_len: int
+    k_len: int
+    head_dim: int
+    causal: bool
+    layout: str
+    dtype: str
+
+    def describe(self) -> str:
+        heads = f"{self.q_heads}" if self.q_heads == self.kv_heads else f"{self.q_heads}/{self.kv_heads}"
+        return (f"B={self.batch} H={heads} Lq={self.q_len} Lk={self.k_len} D={self.head_dim} "
+                f"{'causal' if self.causal else 'non-causal'} {self.dtype} {self.layout}")
+
+    def to_dict(self) -> dict:
+        return {"library": self.library, "batch": self.batch, "q_heads": self.q_heads, "kv_heads": self.kv_heads,
+                "q_len": self.q_len, "k_len": self.k_len, "head_dim": self.head_dim, "causal": self.causal,
+                "layout": self.layout, "dtype": self.dtype}
+
+
+@dataclass(eq=False)  # compared by identity: track() removes exactly its own report
+class RoutingReport:
+    strict: bool = False
+    kernel: str = "hopattn"
+    calls: int = 0
+    served: int = 0
+    modes: Counter = field(default_factory=Counter)  # DIRECT / REPEAT_KV / COPIED -> served calls
+    fallbacks: Counter = field(default_factory=Counter)  # reason -> calls sent to SDPA
+    shapes: Counter = field(default_factory=Counter)  # (CallShape, reason or None) -> calls
+
+    @property
+    def fell_back(self) -> int:
+        return sum(self.fallbacks.values())
+
+    def _add(self, shape: CallShape, mode: str | None, reason: str | None) -> None:
+        self.calls += 1
+        self.shapes[(shape, reason)] += 1
+        if reason is None:
+            self.served += 1
+            self.modes[mode] += 1
+        else:
+            self.fallbacks[reason] += 1
+
+    def summary(self) -> str:
+        text = f"{self.calls} attention calls: {self.served} served by {self.kernel}"
+        repeated = self.modes.get(REPEAT_KV, 0)
+        if repeated:
+            text += f" ({repeated} after repeating K/V heads)"
+        for reason, n in sorted(self.fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
+            text += f"; {n} sent to SDPA: {reason}"
+        return text
+
+    def to_dict(self) -> dict:
+        """Plain JSON data (the model records store it)."""
+        return {"strict": self.strict, "kernel": self.kernel, "calls": self.calls, "served": self.served,
+                "modes": dict(sorted(self.modes.items())), "fallbacks": dict(sorted(self.fallbacks.items()))}
+
+    def check(self) -> None:
+        """Raise RoutingError if this is a strict report and something was not served by the kernel."""
+        if not self.strict:
+            return
+        if self.calls == 0:
+            raise RoutingError(f"strict routing: no attention call went through {self.kernel}; is the model "
+                               f"switched to it (attn_implementation / set_attention_backend)?")
+        if self.fallbacks:
+            raise RoutingError(f"strict routing: {self.summary()}", next(iter(self.fallbacks)))
+
+
+_LOCK = threading.Lock()
+_ACTIVE: list[RoutingReport] = []
+
+
+@contextmanager
+def track(strict: bool = False, kernel: str = "hopattn"):
+    """Count the attention calls made inside the block; strict=True also refuses every fallback."""
+    report = RoutingReport(strict=strict, kernel=kernel)
+    with _LOCK:
+        _ACTIVE.append(report)
+    try:
+        yield report
+    finally:
+        with _LOCK:
+            _ACTIVE.remove(report)
+    report.check()  # only when the block itself succeeded: a refusal already raised inside
+
+
+def strict_active() -> bool:
+    """Whether some active report demands strict routing."""
+    with _LOCK:
+        return any(r.strict for r in _ACTIVE)
+
+
+def shape_of(library: str, q: torch.Tensor, k: torch.Tensor, causal: bool, layout: str) -> CallShape:
+    """The CallShape of logical BHSD tensors q, k."""
+    return CallShape(library=library, batch=q.shape[0], q_heads=q.shape[1], kv_heads=k.shape[1], q_len=q.shape[2],
+                     k_len=k.shape[2], head_dim=q.shape[3], causal=bool(causal), layout=layout,
+                     dtype=str(q.dtype).removeprefix("torch."))
+
+
+def record(shape: CallShape, mode: str | None = None, reason: str | None = None) -> None:
+    with _LOCK:
+        reports = list(_ACTIVE)
+    for r in reports:
+        r._add(shape, mode, reason)
+
+
+def refuse_or_record(kernel_name: str, shape: CallShape, reason: str, strict: bool) -> None:
+    """A call the kernel cannot serve: raise in strict mode, else count it (the caller runs SDPA)."""
+    if strict or strict_active():
+        raise RoutingError(
+            f"{kernel_name} (strict) cannot serve this {shape.library} attention call [{shape.describe()}]: "
+            f"{reason}. Register with strict=False to send such calls to SDPA, counted in "
+            f"hopattn.integrations.routing.track() reports.", reason)
+    record(shape, reason=reason)
+
+
+def serve(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
+          layout: str) -> tuple[torch.Tensor, str]:
+    """Call ``kernel`` on q, k, v given in ``layout``; returns (out in ``layout``, how it was served).
+
+    K/V heads are repeated only for a kernel without GQA; tensors are copied only when the kernel
+    cannot read their strides (or layout) in place.
+    """
+    head_axis = 1 if layout == "bhsd" else 2
+    mode = DIRECT
+    if k.shape[head_axis] != q.shape[head_axis] and not kernel.gqa:
+        groups = q.shape[head_axis] // k.shape[head_axis]
+        k, v = (t.repeat_interleave(groups, dim=head_axis) for t in (k, v))
+        mode = REPEAT_KV
+    run_layout = layout
+    if layout not in kernel.layouts:  # an older stage reads BHSD only
+        run_layout = kernel.layouts[0]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    if not all(kernel.accepts(t, run_layout) for t in (q, k, v)):
+        q, k, v = (t if kernel.accepts(t, run_layout) else t.contiguous() for t in (q, k, v))
+        if mode == DIRECT:
+            mode = COPIED
+    if run_layout != layout and mode == DIRECT:
+        mode = COPIED
+    out = kernel.call(q, k, v, causal=causal, scale=scale, layout=run_layout)
+    if run_layout != layout:
+        out = out.transpose(1, 2)
+    return out, mode

@@ -1,0 +1,240 @@
+"""The model benchmark's logic on CPU: timing loop, attention replay, record format, assembling the
+record, and the watchdog on a planted hang, so its one GPU run is likely to work the first time."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hopattn import model_records as mr
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class FakeClock:
+    """Returns prepared times instead of measuring; counts the calls it timed."""
+
+    def __init__(self, times):
+        self.times, self.calls = list(times), 0
+
+    def time(self, fn, n=1):
+        fn()
+        self.calls += 1
+        return self.times.pop(0)
+
+
+def test_time_step_warms_up_then_times_each_rep():
+    from bench import model_timing
+
+    ran = []
+    clock = FakeClock([3.0, 1.0, 2.0])
+    ms = model_timing.time_step(clock, lambda: ran.append(1), warmup=2, reps=3)
+    assert ms == [3.0, 1.0, 2.0] and len(ran) == 5 and clock.calls == 3
+    assert model_timing.summarize(ms) == {"median": 2.0, "min": 1.0, "max": 3.0, "spread_pct": 100.0, "samples": 3}
+    with pytest.raises(ValueError, match="reps"):
+        model_timing.time_step(clock, lambda: None, warmup=0, reps=0)
+
+
+def test_replay_sums_count_times_median_per_call_under_its_context():
+    from bench import model_timing
+
+    entered = []
+
+    class Ctx:
+        def __enter__(self):
+            entered.append(1)
+
+        def __exit__(self, *a):
+            return False
+
+    calls = [("self", None, 40), ("cross", None, 40)]
+    times = [9.0, 10.0, 11.0, 1.0, 2.0, 3.0]  # medians 10 and 2
+    clock = FakeClock(times)
+    total = model_timing.replay_attention(clock, calls, lambda shape, reason: (lambda: None, Ctx), warmup=1,
+                                          launches=3)
+    assert total == 40 * 10.0 + 40 * 2.0 and len(entered) == 2
+
+
+def test_real_clock_measures_cpu_time():
+    torch = pytest.importorskip("torch")
+    import time
+
+    from bench import model_timing
+
+    ms = model_timing.Clock(torch, torch.device("cpu")).time(lambda: time.sleep(0.02), n=2)
+    assert 15 < ms < 200
+
+
+# --- the record format ----------------------------------------------------------------------------
+
+
+def case(median=100.0, **kw):
+    return {"status": "ok", "message": None,
+            "step_ms": {"median": median, "min": median * 0.99, "max": median * 1.02, "spread_pct": 3.0,
+                        "samples": 3},
+            "attention_ms": median / 2, "memory_gib": 30.123456, "speedup_step": None, "speedup_attention": None,
+            "errors": {}, "routing": None, **kw}
+
+
+def record():
+    run = {"date": "2026-12-01T10:15:00Z", "git_commit": "a" * 40, "dirty": False, "dry_run": False,
+           "command": "python -m bench.models", "environment": {k: None for k in mr.ENV_FIELDS}}
+    run["environment"].update(gpu_name="NVIDIA H200", sm_count=132, torch="2.11.0")
+    routing = {"strict": True, "kernel": "hopattn", "calls": 80, "served": 80, "modes": {"direct": 80},
+               "fallbacks": {}}
+    calls = [{"library": "diffusers", "batch": 1, "q_heads": 40, "kv_heads": 40, "q_len": 32760, "k_len": k,
+              "head_dim": 128, "causal": False, "layout": "bshd", "dtype": "bfloat16", "count": 40, "reason": None}
+             for k in (32760, 512)]
+    model = {"run": "20261201T101500Z", "label": "Wan2.1-T2V-14B", "library": "diffusers",
+             "config_source": "wan_t2v_14B.py", "workload": "one step", "tokens": {"video": 32760, "text": 512},
+             "params": 14_000_000_000, "build_s": 12.345, "strict": True, "attention_calls": calls,
+             "cases": {"sdpa": case(3000.0),
+                       "hopattn": case(2700.0, speedup_step=1.1111111, speedup_attention=1.2345678,
+                                       errors={"rel_err_latents": 0.0123456789}, routing=routing),
+                       "fa4": {**case(), "status": "missing", "step_ms": None, "message": "not importable"}}}
+    return {"schema_version": 1, "runs": {"20261201T101500Z": run}, "models": {"wan2.1-t2v-14b-480p": model}}
+
+
+def test_record_round_trip_sorted_fixed_precision(tmp_path):
+    path = tmp_path / "models-nvidia-h200.json"
+    mr.dump(record(), path)
+    text = path.read_text()
+    data = mr.load(path)
+    hop = data["models"]["wan2.1-t2v-14b-480p"]["cases"]["hopattn"]
+    assert hop["speedup_step"] == 1.111 and hop["speedup_attention"] == 1.235
+    assert hop["errors"] == {"rel_err_latents": 0.0123} and hop["memory_gib"] == 30.12
+    assert data["models"]["wan2.1-t2v-14b-480p"]["build_s"] == 12.3
+    assert text == mr.to_json(data) and list(json.loads(text)) == sorted(json.loads(text))
+    mr.dump(data, path)
+    assert path.read_text() == text  # deterministic: writing what was read changes nothing
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+    assert mr.record_path(tmp_path, "NVIDIA H200") == path
+    assert set(mr.load_all(tmp_path)) == {"nvidia-h200"}
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.update(schema_version=2), "schema_version"),
+    (lambda d: d["runs"]["20261201T101500Z"].update(date="yesterday"), "runs.20261201T101500Z.date"),
+    (lambda d: d["runs"]["20261201T101500Z"]["environment"].pop("cudnn"), "environment.cudnn"),
+    (lambda d: M(d).update(run="20990101T000000Z"), "models.wan2.1-t2v-14b-480p.run"),
+    (lambda d: M(d).update(library="jax"), "models.wan2.1-t2v-14b-480p.library"),
+    (lambda d: M(d)["cases"].update(flex=case()), "cases.flex"),
+    (lambda d: M(d)["cases"]["sdpa"].update(status="great"), "cases.sdpa.status"),
+    (lambda d: M(d)["cases"]["sdpa"].update(step_ms=None), "cases.sdpa.step_ms"),
+    (lambda d: M(d)["cases"]["fa4"].update(message=None), "cases.fa4.message"),
+    (lambda d: M(d)["cases"]["hopattn"]["routing"].update(served=79), "cases.hopattn.routing"),
+    (lambda d: M(d)["cases"]["hopattn"]["errors"].update(rel_err_latents=float("nan")), "errors.rel_err_latents"),
+    (lambda d: M(d)["attention_calls"][0].update(count=0), "attention_calls[0].count"),
+])
+def test_record_errors_name_the_field(edit, field, tmp_path):
+    data = record()
+    edit(data)
+    with pytest.raises(mr.RecordError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        mr.validate(data, "x.json")
+    path = tmp_path / "models-x.json"
+    mr.dump(record(), path)
+    before = path.read_text()
+    with pytest.raises(mr.RecordError):
+        mr.dump(data, path)
+    assert path.read_text() == before  # a bad record never replaces a good one
+
+
+def M(d):
+    return d["models"]["wan2.1-t2v-14b-480p"]
+
+
+def test_merge_keeps_models_not_run_again_and_drops_unused_runs(tmp_path):
+    old = record()
+    new = copy.deepcopy(record())
+    new["runs"] = {"20261202T000000Z": {**old["runs"]["20261201T101500Z"], "date": "2026-12-02T00:00:00Z"}}
+    new["models"] = {"llama-3.1-8b-prefill-8k": {**copy.deepcopy(M(old)), "run": "20261202T000000Z",
+                                                 "library": "transformers"}}
+    merged = mr.merge(old, new)
+    assert set(merged["models"]) == {"wan2.1-t2v-14b-480p", "llama-3.1-8b-prefill-8k"}
+    again = copy.deepcopy(old)
+    M(again)["run"] = "20261202T000000Z"
+    again["runs"] = new["runs"]
+    path = tmp_path / "models-x.json"
+    mr.dump(mr.merge(old, again), path)
+    assert list(mr.load(path)["runs"]) == ["20261202T000000Z"]
+
+
+def test_assemble_computes_speedups_against_sdpa():
+    from bench import model_cases, models
+
+    group = model_cases.GROUPS["wan2.1-t2v-14b"]
+    wl = group.workloads[0]
+    state = {"cases": {wl.id: {"sdpa": case(3000.0),
+                               "hopattn": case(2000.0, errors={"rel_err_latents": 0.01}),
+                               "fa3": {"status": "hang", "message": "no result"}}},
+             "built": {group.id: {"build_s": 10.0, "params": 123}},
+             "workloads": {wl.id: {"calls": [], "tokens": {"video": 32760, "text": 512}}}}
+    run = record()["runs"]["20261201T101500Z"]
+    data = models.assemble(state, [group], "20261201T101500Z", run)
+    cases = data["models"][wl.id]["cases"]
+    assert cases["hopattn"]["speedup_step"] == 1.5 and cases["hopattn"]["speedup_attention"] == 1.5
+    assert cases["fa3"]["speedup_step"] is None and cases["fa3"]["status"] == "hang"
+    mr.validate(data)
+
+
+def test_parse_list_and_help():
+    from bench import models
+
+    assert models.parse_list("hopattn,sdpa", models.BACKENDS, "backends") == ["sdpa", "hopattn"]
+    with pytest.raises(SystemExit, match="--backends: unknown 'flex'"):
+        models.parse_list("flex", models.BACKENDS, "backends")
+    out = subprocess.run([sys.executable, "-m", "bench.models", "--help"], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert out.returncode == 0 and "--dry-run" in out.stdout and "wan2.1-t2v-14b" in out.stdout
+
+
+def test_configs_are_the_published_sizes():
+    from bench import model_configs as c
+
+    assert (c.LLAMA_3_1_8B["num_attention_heads"], c.LLAMA_3_1_8B["num_key_value_heads"],
+            c.LLAMA_3_1_8B["hidden_size"] // c.LLAMA_3_1_8B["num_attention_heads"]) == (32, 8, 128)
+    assert (c.WAN_2_1_T2V_14B["num_attention_heads"], c.WAN_2_1_T2V_14B["num_layers"]) == (40, 40)
+    assert (c.WAN_2_1_T2V_1_3B["num_attention_heads"] * 128, c.WAN_2_1_T2V_1_3B["num_layers"]) == (1536, 30)
+    assert (c.LTX_2["num_attention_heads"], c.LTX_2["attention_head_dim"], c.LTX_2["audio_attention_head_dim"]) == \
+        (32, 128, 64)
+    from bench import model_cases
+
+    wan = model_cases.GROUPS["wan2.1-t2v-14b"].workloads[0]
+    assert wan.tokens(False) == {"video": 32760, "text": 512}
+
+
+# --- end to end: the dry run, with a planted hang --------------------------------------------------
+
+
+@pytest.mark.slow
+def test_dry_run_end_to_end_survives_a_planted_hang(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("diffusers")
+    out = tmp_path / "models-cpu.json"
+    env = dict(os.environ, HOPATTN_MODELS_PLANT_HANG="ltx-2-512x768x121:hopattn")
+    proc = subprocess.run([sys.executable, "-m", "bench.models", "--dry-run", "--models", "llama-3.1-8b,ltx-2",
+                           "--backends", "sdpa,hopattn,fa4", "--reps", "2", "--case-timeout", "20",
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 1, log  # a hang is a failure of the run, reported, after the rest ran
+    assert "ltx-2-512x768x121 / hopattn: started" in log and "HANG: ltx-2-512x768x121 / hopattn" in log
+    data = mr.load(out)
+    assert data["runs"][next(iter(data["runs"]))]["dry_run"] is True
+    ltx = data["models"]["ltx-2-512x768x121"]["cases"]
+    assert ltx["hopattn"]["status"] == "hang" and "watchdog" in ltx["hopattn"]["message"]
+    assert ltx["sdpa"]["status"] == "ok" and ltx["fa4"]["status"] == "missing"  # run by a fresh process
+    for k in ("8k", "32k"):
+        llama = data["models"][f"llama-3.1-8b-prefill-{k}"]
+        hop = llama["cases"]["hopattn"]
+        assert hop["status"] == "ok" and hop["routing"]["calls"] == hop["routing"]["served"] == 2
+        assert hop["errors"]["rel_err_logits"] < 3e-2 and hop["speedup_step"] > 0
+        assert hop["attention_ms"] > 0 and hop["step_ms"]["samples"] == 2
+        assert [c["reason"] for c in llama["attention_calls"]] == [None]
+    calls = data["models"]["ltx-2-512x768x121"]["attention_calls"]
+    reasons = {c["head_dim"]: c["reason"] for c in calls}
+    assert reasons == {128: None, 64: "head dim 64 (hopattn serves 128)"}
