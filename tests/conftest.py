@@ -25,11 +25,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than ~30 s")
 
 
-def _copy_results(dest: Path, stage_ids: set[str]) -> None:
-    """The committed results, cut down to the copied stages (and every peer)."""
+def _copy_results(dest: Path, hashes: dict[str, str]) -> None:
+    """The committed results, cut down to the copied stages (and every peer) and stamped with the
+    stages' sources as they are now, so that the fixture starts current (a test edits a stage to
+    make it stale)."""
     for path in sorted((REPO / "bench" / "results").glob("*.json")):
         data = results.load_results(path)
-        kept = [e for e in data["results"] if e["kind"] == "peer" or e["name"] in stage_ids]
+        kept = [e if e["kind"] == "peer" else dict(e, source_hash=hashes[e["name"]])
+                for e in data["results"] if e["kind"] == "peer" or e["name"] in hashes]
         runs = {rid: run for rid, run in data["runs"].items() if any(e["run_id"] == rid for e in kept)}
         results.dump_results(dict(data, results=kept, runs=runs), dest / path.name)
 
@@ -49,7 +52,7 @@ def make_site(root: Path, stages=FIXTURE_STAGES, with_results: bool = True) -> P
         shutil.copy(compiler_facts.folder_for(lineage.ATTENTION_DIR) / f"{stage.name}.json", facts)
     (root / "bench" / "results").mkdir(parents=True)
     if with_results:
-        _copy_results(root / "bench" / "results", {s.id for s in copied})
+        _copy_results(root / "bench" / "results", {s.id: s.source_hash() for s in copied})
     shutil.copytree(REPO / "docs" / "assets", root / "docs" / "assets", ignore=shutil.ignore_patterns("generated"))
     config = (REPO / "mkdocs.yml").read_text().replace("  - site_gen/hook.py", f"  - {REPO / 'site_gen' / 'hook.py'}")
     (root / "mkdocs.yml").write_text(config)
