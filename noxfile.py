@@ -87,4 +87,4 @@ def bench_models(session):
 @nox.session
 def lint(session):
     install(session, "ruff", "ruff")
-    session.run("ruff", "check", "kernels/hopattn", "site_gen", "bench", "tests", "research", "noxfile.py")
+    session.run("ruff", "check", "kernels/hopattn", "site_gen", "bench", "tests", "noxfile.py")
