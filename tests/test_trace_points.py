@@ -40,11 +40,13 @@ def _sass(stage: lineage.Stage, source: str, tmp, tag: str, defines=()) -> str:
     folder.mkdir(parents=True)
     (folder.parent / "common").symlink_to(lineage.ATTENTION_DIR / "common")
     (folder / "kernel.cu").write_text(source)
-    cubin = folder / "kernel.cubin"
+    # A fatbin, not a cubin: the sm_80 stages are built for two targets (sm_90a and sm_80), and nvcc
+    # writes one cubin only for one; cuobjdump dumps the SASS of every target in the fatbin.
+    fatbin = folder / "kernel.fatbin"
     flags = [f for f in build.nvcc_flags(stage) if f not in ("-shared", "-Xcompiler=-fPIC,-fvisibility=hidden")]
-    subprocess.run([build.nvcc(), *flags, *defines, "-cubin", "-o", str(cubin), str(folder / "kernel.cu")],
+    subprocess.run([build.nvcc(), *flags, *defines, "-fatbin", "-o", str(fatbin), str(folder / "kernel.cu")],
                    check=True, capture_output=True, text=True)
-    dump = subprocess.run([_cuobjdump(), "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    dump = subprocess.run([_cuobjdump(), "-sass", str(fatbin)], check=True, capture_output=True, text=True).stdout
     return "\n".join(line for line in dump.splitlines() if "/*" in line)  # the instructions and their encodings
 
 

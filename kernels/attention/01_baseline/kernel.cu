@@ -10,6 +10,7 @@
 
 #include "../common/abi.h"
 #include "../common/mma_sm80.cuh"
+#include "../common/trace.cuh"
 
 constexpr int HEAD_DIM = 128;
 constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
@@ -42,6 +43,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const int quad = lane % 4;   // fragment column pair
     const int batch = blockIdx.z, head = blockIdx.y;
     const int q_row0 = blockIdx.x * BLOCK_M + warp * ROWS_PER_WARP;
+    TRACE_INIT();
 
     const bf16* Q = static_cast<const bf16*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
     const bf16* K = static_cast<const bf16*>(p.k) + batch * p.k_stride[0] + head * p.k_stride[1];
@@ -59,6 +61,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     for (int kv0 = 0; kv0 < p.len_k; kv0 += BLOCK_N) {
         // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
         // a B fragment's column.
+        TRACE_BEGIN(qk);
         float s[M_TILES][S_TILES][4] = {};
         #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
         for (int kk = 0; kk < K_STEPS; ++kk) {
@@ -80,8 +83,10 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 for (int m = 0; m < M_TILES; ++m) mma_m16n8k16_bf16(s[m][n], q_frag[m], b);
             }
         }
+        TRACE_END(qk, 0, kv0 / BLOCK_N);
 
         // Online softmax: new running max, rescale what was accumulated, exponentiate.
+        TRACE_BEGIN(softmax);
         #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
         #pragma unroll
@@ -110,8 +115,10 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 o_acc[m][d][2 * half + 1] *= correction;
             }
         }
+        TRACE_END(softmax, 0, kv0 / BLOCK_N);
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
+        TRACE_BEGIN(pv);
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
             uint32_t p_frag[M_TILES][4];
@@ -133,9 +140,11 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 for (int m = 0; m < M_TILES; ++m) mma_m16n8k16_bf16(o_acc[m][d], p_frag[m], b);
             }
         }
+        TRACE_END(pv, 0, kv0 / BLOCK_N);
     }
 
     // Epilogue: divide by the row sums, convert to bf16, write two columns per store.
+    TRACE_BEGIN(epilogue);
     #pragma unroll
     for (int m = 0; m < M_TILES; ++m) {
         const float inv_sum[2] = {1.f / row_sum[m][0], 1.f / row_sum[m][1]};
@@ -150,6 +159,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
             }
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

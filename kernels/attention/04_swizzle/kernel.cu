@@ -9,6 +9,7 @@
 #include "../common/abi.h"
 #include "../common/ldmatrix.cuh"
 #include "../common/mma_sm80.cuh"
+#include "../common/trace.cuh"
 
 constexpr int HEAD_DIM = 128;
 constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const int batch = blockIdx.z, head = blockIdx.y;
     const int q_row0 = blockIdx.x * BLOCK_M + warp * ROWS_PER_WARP;
     const int lm_row = lane % 8, lm_matrix = lane / 8;  // the row address this lane gives ldmatrix
+    TRACE_INIT();
 
     const bf16* Q = static_cast<const bf16*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
     const bf16* K = static_cast<const bf16*>(p.k) + batch * p.k_stride[0] + head * p.k_stride[1];
@@ -67,7 +69,9 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     auto q_tile = reinterpret_cast<bf16 (*)[HEAD_DIM]>(smem);
     auto k_tile = q_tile + BLOCK_M;
     auto v_tile = k_tile + BLOCK_N;
+    TRACE_BEGIN(load_q);
     load_tile<BLOCK_M>(q_tile, Q + blockIdx.x * BLOCK_M * p.q_stride[2], p.q_stride[2]);
+    TRACE_END(load_q, 0, -1);
 
     // Per thread: 128 fp32 registers of O, 64 of S. Q fragments would need 64 more, so they are
     // reloaded for every k-step instead of being kept for the whole loop.
@@ -78,13 +82,20 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = -INFINITY;
 
     for (int kv0 = 0; kv0 < p.len_k; kv0 += BLOCK_N) {
+        TRACE_BEGIN(wait_empty);
         __syncthreads();  // every warp is done with the previous tiles
+        TRACE_END(wait_empty, 0, kv0 / BLOCK_N);
+        TRACE_BEGIN(load_kv);
         load_tile<BLOCK_N>(k_tile, K + kv0 * p.k_stride[2], p.k_stride[2]);
         load_tile<BLOCK_N>(v_tile, V + kv0 * p.v_stride[2], p.v_stride[2]);
+        TRACE_END(load_kv, 0, kv0 / BLOCK_N);
+        TRACE_BEGIN(wait_kv);
         __syncthreads();  // the tiles (and, the first time, Q) are complete
+        TRACE_END(wait_kv, 0, kv0 / BLOCK_N);
 
         // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
         // a B fragment's column.
+        TRACE_BEGIN(qk);
         float s[M_TILES][S_TILES][4] = {};
         #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
         for (int kk = 0; kk < K_STEPS; ++kk) {
@@ -108,8 +119,10 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 }
             }
         }
+        TRACE_END(qk, 0, kv0 / BLOCK_N);
 
         // Online softmax: new running max, rescale what was accumulated, exponentiate.
+        TRACE_BEGIN(softmax);
         #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
         #pragma unroll
@@ -138,8 +151,10 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 o_acc[m][d][2 * half + 1] *= correction;
             }
         }
+        TRACE_END(softmax, 0, kv0 / BLOCK_N);
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
+        TRACE_BEGIN(pv);
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
             uint32_t p_frag[M_TILES][4];
@@ -164,9 +179,11 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 }
             }
         }
+        TRACE_END(pv, 0, kv0 / BLOCK_N);
     }
 
     // Epilogue: divide by the row sums, convert to bf16, write two columns per store.
+    TRACE_BEGIN(epilogue);
     #pragma unroll
     for (int m = 0; m < M_TILES; ++m) {
         const float inv_sum[2] = {1.f / row_sum[m][0], 1.f / row_sum[m][1]};
@@ -181,6 +198,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
             }
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

@@ -17,6 +17,7 @@
 #include "../common/cp_async.cuh"
 #include "../common/ldmatrix.cuh"
 #include "../common/mma_sm80.cuh"
+#include "../common/trace.cuh"
 
 constexpr int HEAD_DIM = 128;
 constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const int batch = blockIdx.z, head = blockIdx.y;
     const int q_row0 = blockIdx.x * BLOCK_M + warp * ROWS_PER_WARP;
     const int lm_row = lane % 8, lm_matrix = lane / 8;  // the row address this lane gives ldmatrix
+    TRACE_INIT();
 
     const bf16* Q = static_cast<const bf16*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
     const bf16* K = static_cast<const bf16*>(p.k) + batch * p.k_stride[0] + head * p.k_stride[1];
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     auto k_tiles = reinterpret_cast<bf16 (*)[BLOCK_N][HEAD_DIM]>(q_tile + BLOCK_M);
     auto v_tiles = k_tiles + KV_STAGES;
     load_tile<BLOCK_M>(q_tile, Q + blockIdx.x * BLOCK_M * p.q_stride[2], p.q_stride[2]);
+    TRACE_MARK(load_q, 0, -1);
 
     // Per thread: 128 fp32 registers of O, 64 of S. Q fragments would need 64 more, so they are
     // reloaded for every k-step instead of being kept for the whole loop.
@@ -99,6 +102,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
     const int num_tiles = p.len_k / BLOCK_N;
     load_tile<BLOCK_N>(k_tiles[0], K, p.k_stride[2]);
     load_tile<BLOCK_N>(v_tiles[0], V, p.v_stride[2]);
+    TRACE_MARK(load_kv, 0, 0);
     cp_async_commit();  // Q and the first K/V tiles form the first group
 
     for (int tile = 0; tile < num_tiles; ++tile) {
@@ -108,15 +112,19 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
             const int next = (tile + 1) % KV_STAGES;
             load_tile<BLOCK_N>(k_tiles[next], K + (tile + 1) * BLOCK_N * p.k_stride[2], p.k_stride[2]);
             load_tile<BLOCK_N>(v_tiles[next], V + (tile + 1) * BLOCK_N * p.v_stride[2], p.v_stride[2]);
+            TRACE_MARK(load_kv, 0, tile + 1);
         }
         cp_async_commit();   // possibly empty, so that "all but the newest group" is always tile
+        TRACE_BEGIN(wait_kv);
         cp_async_wait<1>();  // this thread's copies of tile have landed...
         __syncthreads();     // ...and so have everyone else's
+        TRACE_END(wait_kv, 0, tile);
         bf16 (*k_tile)[HEAD_DIM] = k_tiles[tile % KV_STAGES];
         bf16 (*v_tile)[HEAD_DIM] = v_tiles[tile % KV_STAGES];
 
         // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
         // a B fragment's column.
+        TRACE_BEGIN(qk);
         float s[M_TILES][S_TILES][4] = {};
         #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
         for (int kk = 0; kk < K_STEPS; ++kk) {
@@ -140,10 +148,12 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 }
             }
         }
+        TRACE_END(qk, 0, tile);
 
         // Online softmax. The running max only moves (and O and the sums are only rescaled) when
         // some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against the
         // stale max, stays below 2^8 and the final division cancels the difference exactly.
+        TRACE_BEGIN(softmax);
         float tile_max[M_TILES][2];
         bool grew = false;
         #pragma unroll
@@ -157,6 +167,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
             grew |= (tile_max[m][half] - row_max[m][half]) * scale_log2 > RESCALE_THRESHOLD;
         }
         if (__any_sync(0xffffffffu, grew)) {  // warp-uniform: every lane takes the same path
+            TRACE_BEGIN(rescale);
             #pragma unroll
             for (int m = 0; m < M_TILES; ++m)
             #pragma unroll
@@ -171,6 +182,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                     o_acc[m][d][2 * half + 1] *= correction;
                 }
             }
+            TRACE_END(rescale, 0, tile);
         }
         #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
@@ -184,8 +196,10 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 row_sum[m][half] += s[m][n][2 * half] + s[m][n][2 * half + 1];
             }
         }
+        TRACE_END(softmax, 0, tile);
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
+        TRACE_BEGIN(pv);
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
             uint32_t p_frag[M_TILES][4];
@@ -210,10 +224,14 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
                 }
             }
         }
+        TRACE_END(pv, 0, tile);
+        TRACE_BEGIN(wait_empty);
         __syncthreads();  // every warp is done with this buffer before it is refilled
+        TRACE_END(wait_empty, 0, tile);
     }
 
     // Epilogue: finish the row sums across the quad, divide, convert, write two columns per store.
+    TRACE_BEGIN(epilogue);
     #pragma unroll
     for (int m = 0; m < M_TILES; ++m) {
         const float inv_sum[2] = {1.f / quad_sum(row_sum[m][0]), 1.f / quad_sum(row_sum[m][1])};
@@ -227,6 +245,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttnParams
             }
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

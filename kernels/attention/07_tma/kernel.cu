@@ -15,6 +15,7 @@
 #include "../common/mbarrier.cuh"
 #include "../common/mma_sm80.cuh"
 #include "../common/tma.cuh"
+#include "../common/trace.cuh"
 
 constexpr int HEAD_DIM = 128;
 constexpr int BLOCK_M = 128;  // query rows per CTA: one warp per 32 rows
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
     const int batch = blockIdx.z, head = blockIdx.y;
     const int q_row0 = blockIdx.x * BLOCK_M + warp * ROWS_PER_WARP;
     const int lm_row = lane % 8, lm_matrix = lane / 8;  // the row address this lane gives ldmatrix
+    TRACE_INIT();
 
     // Q, K and V are viewed as 2-D [batch * heads * len, 128] tensors: this (batch, head)'s rows.
     const int q_row = (batch * p.heads + head) * p.len_q + blockIdx.x * BLOCK_M;
@@ -104,9 +106,11 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
     if (threadIdx.x == 0) {
         mbarrier_arrive_expect_tx(q_full, Q_TILE_BYTES);
         load_tile<BLOCK_M>(q_tile, &q_map, q_row, q_full);
+        TRACE_MARK(load_q, 0, -1);
         mbarrier_arrive_expect_tx(kv_full, 2 * KV_TILE_BYTES);
         load_tile<BLOCK_N>(k_tiles, &k_map, kv_row, kv_full);
         load_tile<BLOCK_N>(v_tiles, &v_map, kv_row, kv_full);
+        TRACE_MARK(load_kv, 0, 0);
     }
 
     // Per thread: 128 fp32 registers of O, 64 of S. Q fragments would need 64 more, so they are
@@ -120,7 +124,9 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
     const int num_tiles = p.len_k / BLOCK_N;
+    TRACE_BEGIN(wait_q);
     mbarrier_wait(q_full, 0);  // Q's barrier completes once: phase 0
+    TRACE_END(wait_q, 0, -1);
 
     for (int tile = 0; tile < num_tiles; ++tile) {
         // Prefetch tile + 1 into the other buffer; the barrier at the end of the previous
@@ -130,14 +136,18 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             mbarrier_arrive_expect_tx(kv_full + 8 * next, 2 * KV_TILE_BYTES);
             load_tile<BLOCK_N>(k_tiles + next * BLOCK_N * HEAD_DIM, &k_map, kv_row + (tile + 1) * BLOCK_N, kv_full + 8 * next);
             load_tile<BLOCK_N>(v_tiles + next * BLOCK_N * HEAD_DIM, &v_map, kv_row + (tile + 1) * BLOCK_N, kv_full + 8 * next);
+            TRACE_MARK(load_kv, 0, tile + 1);
         }
         // Buffer tile % 2 completes its phases on tiles b, b + 2, b + 4, ...: the (tile / 2)-th time.
+        TRACE_BEGIN(wait_kv);
         mbarrier_wait(kv_full + 8 * (tile % KV_STAGES), (tile / KV_STAGES) % 2);
+        TRACE_END(wait_kv, 0, tile);
         const bf16* k_tile = k_tiles + (tile % KV_STAGES) * BLOCK_N * HEAD_DIM;
         const bf16* v_tile = v_tiles + (tile % KV_STAGES) * BLOCK_N * HEAD_DIM;
 
         // S = Q Kᵀ for 32 x BLOCK_N. A fragments are Q rows; B[k][n] = K[n][k], so a K row holds
         // a B fragment's column.
+        TRACE_BEGIN(qk);
         float s[M_TILES][S_TILES][4] = {};
         #pragma unroll 1  // unrolling would let the compiler hoist too many loads: registers run out
         for (int kk = 0; kk < K_STEPS; ++kk) {
@@ -161,10 +171,12 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                 }
             }
         }
+        TRACE_END(qk, 0, tile);
 
         // Online softmax. The running max only moves (and O and the sums are only rescaled) when
         // some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against the
         // stale max, stays below 2^8 and the final division cancels the difference exactly.
+        TRACE_BEGIN(softmax);
         float tile_max[M_TILES][2];
         bool grew = false;
         #pragma unroll
@@ -178,6 +190,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             grew |= (tile_max[m][half] - row_max[m][half]) * scale_log2 > RESCALE_THRESHOLD;
         }
         if (__any_sync(0xffffffffu, grew)) {  // warp-uniform: every lane takes the same path
+            TRACE_BEGIN(rescale);
             #pragma unroll
             for (int m = 0; m < M_TILES; ++m)
             #pragma unroll
@@ -192,6 +205,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                     o_acc[m][d][2 * half + 1] *= correction;
                 }
             }
+            TRACE_END(rescale, 0, tile);
         }
         #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
@@ -205,8 +219,10 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                 row_sum[m][half] += s[m][n][2 * half] + s[m][n][2 * half + 1];
             }
         }
+        TRACE_END(softmax, 0, tile);
 
         // O += P V. The S accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j.
+        TRACE_BEGIN(pv);
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
             uint32_t p_frag[M_TILES][4];
@@ -231,10 +247,14 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                 }
             }
         }
+        TRACE_END(pv, 0, tile);
+        TRACE_BEGIN(wait_empty);
         __syncthreads();  // every warp is done with this buffer before it is refilled
+        TRACE_END(wait_empty, 0, tile);
     }
 
     // Epilogue: finish the row sums across the quad, divide, convert, write two columns per store.
+    TRACE_BEGIN(epilogue);
     #pragma unroll
     for (int m = 0; m < M_TILES; ++m) {
         const float inv_sum[2] = {1.f / quad_sum(row_sum[m][0]), 1.f / quad_sum(row_sum[m][1])};
@@ -248,6 +268,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             }
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

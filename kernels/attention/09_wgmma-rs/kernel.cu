@@ -17,6 +17,7 @@
 #include "../common/mbarrier.cuh"
 #include "../common/mma_sm80.cuh"  // quad_max, quad_sum: the accumulator rows are spread over quads as before
 #include "../common/tma.cuh"
+#include "../common/trace.cuh"
 #include "../common/wgmma.cuh"
 #include "../common/wgmma_rs.cuh"
 
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
     const int quad = lane % 4;   // accumulator column pair
     const int batch = blockIdx.z, head = blockIdx.y;
     const int q_row0 = blockIdx.x * BLOCK_M + warp * 16;  // warp w owns accumulator rows 16w..16w+15
+    TRACE_INIT();
 
     // Q, K and V are viewed as 2-D [batch * heads * len, 128] tensors: this (batch, head)'s rows.
     const int q_row = (batch * p.heads + head) * p.len_q + blockIdx.x * BLOCK_M;
@@ -98,9 +100,11 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
     if (threadIdx.x == 0) {
         mbarrier_arrive_expect_tx(q_full, Q_TILE_BYTES);
         load_tile<BLOCK_M>(q_tile, &q_map, q_row, q_full);
+        TRACE_MARK(load_q, 0, -1);
         mbarrier_arrive_expect_tx(kv_full, 2 * KV_TILE_BYTES);
         load_tile<BLOCK_N>(k_tiles, &k_map, kv_row, kv_full);
         load_tile<BLOCK_N>(v_tiles, &v_map, kv_row, kv_full);
+        TRACE_MARK(load_kv, 0, 0);
     }
 
     // Per thread: 64 fp32 registers of O and 32 of S (the warpgroup's 64 x 128 and 64 x 64 tiles
@@ -112,7 +116,9 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
     const int num_tiles = p.len_k / BLOCK_N;
+    TRACE_BEGIN(wait_q);
     mbarrier_wait(q_full, 0);  // Q's barrier completes once: phase 0
+    TRACE_END(wait_q, 0, -1);
 
     for (int tile = 0; tile < num_tiles; ++tile) {
         // Prefetch tile + 1 into the other buffer; the barrier at the end of the previous
@@ -122,15 +128,19 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             mbarrier_arrive_expect_tx(kv_full + 8 * next, 2 * KV_TILE_BYTES);
             load_tile<BLOCK_N>(k_tiles + next * KV_TILE_BYTES, &k_map, kv_row + (tile + 1) * BLOCK_N, kv_full + 8 * next);
             load_tile<BLOCK_N>(v_tiles + next * KV_TILE_BYTES, &v_map, kv_row + (tile + 1) * BLOCK_N, kv_full + 8 * next);
+            TRACE_MARK(load_kv, 0, tile + 1);
         }
         // Buffer tile % 2 completes its phases on tiles b, b + 2, b + 4, ...: the (tile / 2)-th time.
+        TRACE_BEGIN(wait_kv);
         mbarrier_wait(kv_full + 8 * (tile % KV_STAGES), (tile / KV_STAGES) % 2);
+        TRACE_END(wait_kv, 0, tile);
         const uint32_t k_tile = k_tiles + (tile % KV_STAGES) * KV_TILE_BYTES;
         const uint32_t v_tile = v_tiles + (tile % KV_STAGES) * KV_TILE_BYTES;
 
         // S = Q Kᵀ (64 x 64): eight k-steps of 16 head-dim columns. Q (A) and K (B = Kᵀ) are both
         // K-major: a 16-column step is 32 bytes into each 128-byte swizzled row, in box kk / 4.
         float s[S_REGS];
+        TRACE_BEGIN(qk);
         wgmma_fence();  // S and O were last written by ordinary instructions
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
@@ -141,13 +151,17 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             wgmma_m64n64k16_bf16_ss<0>(s, desc_q, desc_k, kk > 0);  // the first step overwrites S
         }
         wgmma_commit();
+        TRACE_END(qk, 0, tile);
+        TRACE_BEGIN(wait_qk);
         wgmma_wait<0>();
         wgmma_fence_operands(s);
+        TRACE_END(wait_qk, 0, tile);
 
         // Online softmax on the accumulator layout: s[4j + 2 half + c] is row group + 8 half,
         // column 8j + 2 quad + c. The running max only moves (and O and the sums are only rescaled)
         // when some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against
         // the stale max, stays below 2^8 and the final division cancels the difference exactly.
+        TRACE_BEGIN(softmax);
         float tile_max[2];
         bool grew = false;
         #pragma unroll
@@ -159,6 +173,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
         }
         if (__any_sync(0xffffffffu, grew)) {  // warp-uniform: every lane takes the same path
+            TRACE_BEGIN(rescale);
             #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const float new_max = fmaxf(row_max[half], tile_max[half]);
@@ -171,6 +186,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                     o_acc[4 * j + 2 * half + 1] *= correction;
                 }
             }
+            TRACE_END(rescale, 0, tile);
         }
         // P = 2^(s·scale_log2 - max) in bf16, kept in registers as the A operand of the PV product:
         // p_frag[2j + half] = the pair s[4j + 2 half], s[4j + 2 half + 1] (row group + 8 half, columns
@@ -189,11 +205,13 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
             }
         }
         wgmma_fence_operands(p_frag);  // P is computed before the fence below, not sunk past it
+        TRACE_END(softmax, 0, tile);
 
         // O += P V (64 x 128): four k-steps of 16 keys. P (A) comes from registers, four per
         // thread and step. V (B) is MN-major — row k of B is row k of V, head-dim contiguous — so
         // the transpose bit is set; a step is 16 V rows = two 1024-byte atoms apart by SBO, and
         // the two 64-column boxes of V are LBO = one box apart.
+        TRACE_BEGIN(pv);
         wgmma_fence();  // O was rescaled and P written by ordinary instructions
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
@@ -202,12 +220,18 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                                         desc_v, 1);
         }
         wgmma_commit();
+        TRACE_END(pv, 0, tile);
+        TRACE_BEGIN(wait_pv);
         wgmma_wait<0>();  // also the end of the reads of P's registers
         wgmma_fence_operands(o_acc);
+        TRACE_END(wait_pv, 0, tile);
+        TRACE_BEGIN(wait_empty);
         __syncthreads();  // every warp is done with this K/V buffer before it is refilled
+        TRACE_END(wait_empty, 0, tile);
     }
 
     // Epilogue: finish the row sums across the quad, divide, convert, write two columns per store.
+    TRACE_BEGIN(epilogue);
     const float inv_sum[2] = {1.f / quad_sum(row_sum[0]), 1.f / quad_sum(row_sum[1])};
     #pragma unroll
     for (int j = 0; j < HEAD_DIM / 8; ++j) {
@@ -218,6 +242,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const __grid_con
                 pack_bf16x2(o_acc[4 * j + 2 * half] * inv_sum[half], o_acc[4 * j + 2 * half + 1] * inv_sum[half]);
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

@@ -19,6 +19,7 @@
 #include "../common/mbarrier.cuh"
 #include "../common/mma_sm80.cuh"  // quad_max, quad_sum: the accumulator rows are spread over quads as before
 #include "../common/tma.cuh"
+#include "../common/trace.cuh"
 #include "../common/wgmma.cuh"
 #include "../common/wgmma_rs.cuh"
 #include "../common/warp_specialize.cuh"
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     const int group = lane / 4;  // accumulator row within the warp's 8-row half
     const int quad = lane % 4;   // accumulator column pair
     const int batch = blockIdx.z, head = blockIdx.y;
+    TRACE_INIT();
 
     // Q, K and V are viewed as 2-D [batch * heads * len, 128] tensors: this (batch, head)'s rows.
     const int q_row = (batch * p.heads + head) * p.len_q + blockIdx.x * BLOCK_M;
@@ -123,6 +125,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         if (threadIdx.x == 0) {
             mbarrier_arrive_expect_tx(q_full, Q_TILE_BYTES);
             load_tile<BLOCK_M>(q_tile, &q_map, q_row, q_full);
+            TRACE_MARK(load_q, 0, -1);
             // Bit b: parity of the next completion of kv_empty[b] to wait for. A buffer's first
             // use needs no wait (it starts empty); its n-th refill waits for the n-th completion
             // of its empty barrier (n = 0, 1, ...), i.e. parity n % 2, then flips the bit.
@@ -130,12 +133,15 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             for (int tile = 0; tile < num_tiles; ++tile) {
                 const int b = tile % KV_STAGES;
                 if (tile >= KV_STAGES) {
+                    TRACE_BEGIN(wait_empty);
                     mbarrier_wait(kv_empty + 8 * b, (empty_phase >> b) & 1);
+                    TRACE_END(wait_empty, 0, tile);
                     empty_phase ^= 1u << b;
                 }
                 mbarrier_arrive_expect_tx(kv_full + 8 * b, 2 * KV_TILE_BYTES);
                 load_tile<BLOCK_N>(k_tiles + b * KV_TILE_BYTES, &k_map, kv_row + tile * BLOCK_N, kv_full + 8 * b);
                 load_tile<BLOCK_N>(v_tiles + b * KV_TILE_BYTES, &v_map, kv_row + tile * BLOCK_N, kv_full + 8 * b);
+                TRACE_MARK(load_kv, 0, tile);
             }
         }
         return;  // the producer's branch ends here: no code below runs in both roles
@@ -154,14 +160,18 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     // exp(scale * (s - m)) = 2^(s * scale_log2 - m * scale_log2): one FFMA feeds each EX2.
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
+    TRACE_BEGIN(wait_q);
     mbarrier_wait(q_full, 0);  // Q's barrier completes once: phase 0
+    TRACE_END(wait_q, 0, -1);
 
     // Bit b: parity of the next completion of kv_full[b] to wait for. Buffer b holds tiles b,
     // b + 3, b + 6, ...: the n-th of them is the barrier's n-th completion, parity n % 2.
     uint32_t full_phase = 0;
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int b = tile % KV_STAGES;
+        TRACE_BEGIN(wait_kv);
         mbarrier_wait(kv_full + 8 * b, (full_phase >> b) & 1);
+        TRACE_END(wait_kv, 0, tile);
         full_phase ^= 1u << b;
         const uint32_t k_tile = k_tiles + b * KV_TILE_BYTES;
         const uint32_t v_tile = v_tiles + b * KV_TILE_BYTES;
@@ -171,6 +181,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // Both consumers read the same K; consumer c's 64 rows of Q start 64 c rows (8 swizzle atoms,
         // 8 KB) into each 128-row box of Q.
         float s[S_REGS];
+        TRACE_BEGIN(qk);
         wgmma_fence();  // S and O were last written by ordinary instructions
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
@@ -182,13 +193,17 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             wgmma_m64n64k16_bf16_ss<0>(s, desc_q, desc_k, kk > 0);  // the first step overwrites S
         }
         wgmma_commit();
+        TRACE_END(qk, 0, tile);
+        TRACE_BEGIN(wait_qk);
         wgmma_wait<0>();
         wgmma_fence_operands(s);
+        TRACE_END(wait_qk, 0, tile);
 
         // Online softmax on the accumulator layout: s[4j + 2 half + c] is row group + 8 half,
         // column 8j + 2 quad + c. The running max only moves (and O and the sums are only rescaled)
         // when some row's max grew by more than 2^8 in exp2 units; otherwise P is computed against
         // the stale max, stays below 2^8 and the final division cancels the difference exactly.
+        TRACE_BEGIN(softmax);
         float tile_max[2];
         bool grew = false;
         #pragma unroll
@@ -200,6 +215,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
         }
         if (__any_sync(0xffffffffu, grew)) {  // warp-uniform: every lane takes the same path
+            TRACE_BEGIN(rescale);
             #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const float new_max = fmaxf(row_max[half], tile_max[half]);
@@ -212,6 +228,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                     o_acc[4 * j + 2 * half + 1] *= correction;
                 }
             }
+            TRACE_END(rescale, 0, tile);
         }
         // P = 2^(s·scale_log2 - max) in bf16, kept in registers as the A operand of the PV product:
         // p_frag[2j + half] = the pair s[4j + 2 half], s[4j + 2 half + 1] (row group + 8 half, columns
@@ -230,11 +247,13 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             }
         }
         wgmma_fence_operands(p_frag);  // P is computed before the fence below, not sunk past it
+        TRACE_END(softmax, 0, tile);
 
         // O += P V (64 x 128 per warpgroup, both reading the same V): four k-steps of 16 keys. P (A)
         // comes from registers, four per thread and step. V (B) is MN-major — row k of B is row k of
         // V, head-dim contiguous — so the transpose bit is set; a step is 16 V rows = two 1024-byte
         // atoms apart by SBO, and the two 64-column boxes of V are LBO = one box apart.
+        TRACE_BEGIN(pv);
         wgmma_fence();  // O was rescaled and P written by ordinary instructions
         #pragma unroll
         for (int j = 0; j < PV_STEPS; ++j) {
@@ -243,14 +262,18 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                                         desc_v, 1);
         }
         wgmma_commit();
+        TRACE_END(pv, 0, tile);
+        TRACE_BEGIN(wait_pv);
         wgmma_wait<0>();  // also the end of the reads of P's registers
         wgmma_fence_operands(o_acc);
+        TRACE_END(wait_pv, 0, tile);
         // This warp's wgmmas have read K and V for the last time: one arrival of the eight that
         // free the buffer. wait_group is warp-synchronous, so lane 0 speaks for the whole warp.
         if (lane == 0) mbarrier_arrive(kv_empty + 8 * b);
     }
 
     // Epilogue: finish the row sums across the quad, divide, convert, write two columns per store.
+    TRACE_BEGIN(epilogue);
     const float inv_sum[2] = {1.f / quad_sum(row_sum[0]), 1.f / quad_sum(row_sum[1])};
     #pragma unroll
     for (int j = 0; j < HEAD_DIM / 8; ++j) {
@@ -261,6 +284,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 pack_bf16x2(o_acc[4 * j + 2 * half] * inv_sum[half], o_acc[4 * j + 2 * half + 1] * inv_sum[half]);
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

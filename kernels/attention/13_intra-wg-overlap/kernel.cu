@@ -19,6 +19,7 @@
 #include "../common/named_barrier.cuh"
 #include "../common/mma_sm80.cuh"  // quad_max, quad_sum: the accumulator rows are spread over quads as before
 #include "../common/tma.cuh"
+#include "../common/trace.cuh"
 #include "../common/wgmma.cuh"
 #include "../common/wgmma_rs.cuh"
 #include "../common/warp_specialize.cuh"
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     const int group = lane / 4;  // accumulator row within the warp's 8-row half
     const int quad = lane % 4;   // accumulator column pair
     const int batch = blockIdx.z, head = blockIdx.y;
+    TRACE_INIT();
 
     // Q, K and V are viewed as 2-D [batch * heads * len, 128] tensors: this (batch, head)'s rows.
     const int q_row = (batch * p.heads + head) * p.len_q + blockIdx.x * BLOCK_M;
@@ -125,6 +127,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         if (threadIdx.x == 0) {
             mbarrier_arrive_expect_tx(q_full, Q_TILE_BYTES);
             load_tile<BLOCK_M>(q_tile, &q_map, q_row, q_full);
+            TRACE_MARK(load_q, 0, -1);
             // Bit b: parity of the next completion of kv_empty[b] to wait for. A buffer's first
             // use needs no wait (it starts empty); its n-th refill waits for the n-th completion
             // of its empty barrier (n = 0, 1, ...), i.e. parity n % 2, then flips the bit.
@@ -132,12 +135,15 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             for (int tile = 0; tile < num_tiles; ++tile) {
                 const int b = tile % KV_STAGES;
                 if (tile >= KV_STAGES) {
+                    TRACE_BEGIN(wait_empty);
                     mbarrier_wait(kv_empty + 8 * b, (empty_phase >> b) & 1);
+                    TRACE_END(wait_empty, 0, tile);
                     empty_phase ^= 1u << b;
                 }
                 mbarrier_arrive_expect_tx(kv_full + 8 * b, 2 * KV_TILE_BYTES);
                 load_tile<BLOCK_N>(k_tiles + b * KV_TILE_BYTES, &k_map, kv_row + tile * BLOCK_N, kv_full + 8 * b);
                 load_tile<BLOCK_N>(v_tiles + b * KV_TILE_BYTES, &v_map, kv_row + tile * BLOCK_N, kv_full + 8 * b);
+                TRACE_MARK(load_kv, 0, tile);
             }
         }
         return;  // the producer's branch ends here: no code below runs in both roles
@@ -162,7 +168,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     // exp(scale * (s - m)) = 2^(s * scale_log2 - m * scale_log2): one FFMA feeds each EX2.
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
+    TRACE_BEGIN(wait_q);
     mbarrier_wait(q_full, 0);  // Q's barrier completes once: phase 0
+    TRACE_END(wait_q, 0, -1);
     if (num_tiles == 0) return;  // (the API rejects empty keys) nothing to wait for: do not hang
 
     // Pingpong, as in stage 12, but one turn per iteration: QK of tile t and PV of tile t - 1 are
@@ -288,21 +296,33 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     // registers and of V are over, so lane 0 frees the buffer for the whole warp (one arrival of
     // the eight; wait_group is warp-synchronous). tile < 0: no PV was in flight.
     const auto retire_pv = [&](int tile) {
+        TRACE_BEGIN(wait_pv);
         wgmma_wait<0>();
+        TRACE_END(wait_pv, 0, tile);
         wgmma_fence_operands(o_acc);
         wgmma_fence_operands(p_frag);  // P stays allocated up to here
         if (tile >= 0 && lane == 0) mbarrier_arrive(kv_empty + 8 * (tile % KV_STAGES));
     };
 
     // Tile 0: its QK alone in the first turn, then its softmax (no PV to overlap yet).
+    TRACE_BEGIN(wait_kv);
     wait_full(0);
+    TRACE_END(wait_kv, 0, 0);
+    TRACE_BEGIN(wait_turn);
     named_barrier_sync<PINGPONG_THREADS>(my_turn);
+    TRACE_END(wait_turn, 0, 0);
+    TRACE_BEGIN(qk);
     wgmma_fence();  // S and O were last written by ordinary instructions
     issue_qk(0);
+    TRACE_END(qk, 0, 0);
     named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
+    TRACE_BEGIN(wait_qk);
     wgmma_wait<0>();
     wgmma_fence_operands(s);
+    TRACE_END(wait_qk, 0, 0);
+    TRACE_BEGIN(softmax);
     softmax();
+    TRACE_END(softmax, 0, 0);
 
     // Tile t: one turn issues QK of t (group 1) and then PV of t - 1 (group 2). wait_group 1 returns
     // once all but the newest group have retired — QK of t — and the softmax of t runs while PV of
@@ -312,28 +332,49 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     // the PV and overlap nothing); the loop's back edge keeps it after them.
     for (int tile = 1; tile < num_tiles; ++tile) {
         retire_pv(tile - 2);
+        TRACE_BEGIN(rescale);
         rescale_and_pack();  // P of t - 1, and O rescaled for it
+        TRACE_END(rescale, 0, tile - 1);
+        TRACE_BEGIN(wait_kv);
         wait_full(tile);
+        TRACE_END(wait_kv, 0, tile);
+        TRACE_BEGIN(wait_turn);
         named_barrier_sync<PINGPONG_THREADS>(my_turn);  // the other consumer has issued its turn
+        TRACE_END(wait_turn, 0, tile);
+        TRACE_BEGIN(qk);
         wgmma_fence();  // O was rescaled, P written and S read by ordinary instructions
         issue_qk(tile);
+        TRACE_END(qk, 0, tile);
+        TRACE_BEGIN(pv);
         issue_pv(tile - 1);
+        TRACE_END(pv, 0, tile - 1);
         named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
+        TRACE_BEGIN(wait_qk);
         wgmma_wait<1>();  // QK of t has retired; PV of t - 1 may still run
         wgmma_fence_operands(s);
+        TRACE_END(wait_qk, 0, tile);
+        TRACE_BEGIN(softmax);
         softmax();
+        TRACE_END(softmax, 0, tile);
     }
 
     // The last PV alone in the last turn — consumer 1's last turn, which it does not hand over.
     retire_pv(num_tiles - 2);
+    TRACE_BEGIN(rescale);
     rescale_and_pack();
+    TRACE_END(rescale, 0, num_tiles - 1);
+    TRACE_BEGIN(wait_turn);
     named_barrier_sync<PINGPONG_THREADS>(my_turn);
+    TRACE_END(wait_turn, 0, num_tiles);
+    TRACE_BEGIN(pv);
     wgmma_fence();  // O was rescaled and P written by ordinary instructions
     issue_pv(num_tiles - 1);
+    TRACE_END(pv, 0, num_tiles - 1);
     if (consumer == 0) named_barrier_arrive<PINGPONG_THREADS>(other_turn);
     retire_pv(num_tiles - 1);
 
     // Epilogue: finish the row sums across the quad, divide, convert, write two columns per store.
+    TRACE_BEGIN(epilogue);
     const float inv_sum[2] = {1.f / quad_sum(row_sum[0]), 1.f / quad_sum(row_sum[1])};
     #pragma unroll
     for (int j = 0; j < HEAD_DIM / 8; ++j) {
@@ -344,6 +385,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 pack_bf16x2(o_acc[4 * j + 2 * half] * inv_sum[half], o_acc[4 * j + 2 * half + 1] * inv_sum[half]);
         }
     }
+    TRACE_END(epilogue, 0, -1);
 }
 
 HOPATTN_EXPORT int hopattn_launch(const AttnParams* p, cudaStream_t stream, char* err, int errlen) {

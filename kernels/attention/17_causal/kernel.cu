@@ -26,6 +26,7 @@
 #include "../common/mma_sm80.cuh"  // quad_max, quad_sum: the accumulator rows are spread over quads as before
 #include "../common/tma_4d.cuh"
 #include "../common/tma_store.cuh"
+#include "../common/trace.cuh"
 #include "../common/wgmma.cuh"
 #include "../common/wgmma_rs.cuh"
 #include "../common/warp_specialize.cuh"
@@ -129,6 +130,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
     const int wg = threadIdx.x / 128;   // 0: producer; 1, 2: consumer wg - 1, CTA rows 64 (wg - 1) ..
     const int group = lane / 4;  // accumulator row within the warp's 8-row half
     const int quad = lane % 4;   // accumulator column pair
+    TRACE_INIT();
 
     // The static tile scheduler. Output tile `out_tile` (0 .. num_out_tiles - 1) is q-block
     // out_tile % q_blocks of the (batch, head) pair out_tile / q_blocks: consecutive tiles are
@@ -187,7 +189,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                                      uint32_t& empty_phase, int n, int row, int head, int batch) {
                 const int b = n % KV_STAGES;
                 if (n >= KV_STAGES) {
+                    TRACE_BEGIN(wait_empty);
                     mbarrier_wait(empty + 8 * b, (empty_phase >> b) & 1);
+                    TRACE_END(wait_empty, -1, n);
                     empty_phase ^= 1u << b;
                 }
                 mbarrier_arrive_expect_tx(full + 8 * b, KV_TILE_BYTES);
@@ -203,18 +207,25 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // eight consumer warps once that tile's last wgmma had retired.
                 const int qb = local % Q_STAGES;
                 if (local >= Q_STAGES) {
+                    TRACE_BEGIN(wait_empty);
                     mbarrier_wait(q_empty + 8 * qb, (q_empty_phase >> qb) & 1);
+                    TRACE_END(wait_empty, local, -1);
                     q_empty_phase ^= 1u << qb;
                 }
                 ++local;
                 mbarrier_arrive_expect_tx(q_full + 8 * qb, Q_TILE_BYTES);
                 load_tile<BLOCK_M>(q_tiles + qb * Q_TILE_BYTES, &q_map, t.m0, t.head, t.batch, q_full + 8 * qb);
+                TRACE_MARK(load_q, local - 1, -1);
                 // K(it) waits for QK of it - 2 (retired in the middle of iteration it - 2), V(it - 1)
                 // for PV of it - 3 (retired at the top of iteration it - 1): in this order neither
                 // wait holds up a load whose buffer is already free.
                 for (int tile = 0; tile < t.kv_tiles; ++tile, ++it) {
                     load_kv(&k_map, k_tiles, k_full, k_empty, k_empty_phase, it, tile * BLOCK_N, t.head, t.batch);
-                    if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                    TRACE_MARK(load_k, local - 1, tile);
+                    if (it > 0) {
+                        load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                        TRACE_MARK(load_v, local - 1, tile - 1);
+                    }
                     v_row = tile * BLOCK_N, v_head = t.head, v_batch = t.batch;
                 }
             }
@@ -296,7 +307,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         // loop's descriptor arithmetic in uniform registers; a per-thread test on the rows here
         // would not.)
         if (num_tiles > 0) {
+            TRACE_BEGIN(wait_q);
             mbarrier_wait(q_full + 8 * qb, (q_phase >> qb) & 1);  // this tile's Q has landed
+            TRACE_END(wait_q, local - 1, -1);
             q_phase ^= 1u << qb;
 
             const auto wait_full = [&](uint32_t full, uint32_t& phase, int tile) {
@@ -432,23 +445,35 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // registers and of V are over, so lane 0 frees the buffer for the whole warp (one arrival of
             // the eight; wait_group is warp-synchronous). tile < 0: no PV was in flight.
             const auto retire_pv = [&](int tile) {
+                TRACE_BEGIN(wait_pv);
                 wgmma_wait<0>();
+                TRACE_END(wait_pv, local - 1, tile);
                 wgmma_fence_operands(o_acc);
                 wgmma_fence_operands(p_frag);  // P stays allocated up to here
                 if (tile >= 0 && lane == 0) mbarrier_arrive(v_empty + 8 * stage_of(tile));
             };
 
             // Tile 0: its QK alone in the first turn, then its softmax (no PV to overlap yet).
+            TRACE_BEGIN(wait_k);
             wait_full(k_full, k_phase, 0);
+            TRACE_END(wait_k, local - 1, 0);
+            TRACE_BEGIN(wait_turn);
             named_barrier_sync<PINGPONG_THREADS>(my_turn);
+            TRACE_END(wait_turn, local - 1, 0);
+            TRACE_BEGIN(qk);
             wgmma_fence();  // S and O were last written by ordinary instructions
             issue_qk(0);
+            TRACE_END(qk, local - 1, 0);
             named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
+            TRACE_BEGIN(wait_qk);
             wgmma_wait<0>();
             wgmma_fence_operands(s);
+            TRACE_END(wait_qk, local - 1, 0);
             release_k(0);
+            TRACE_BEGIN(softmax);
             if (t.mask_from == 0) softmax(0, std::true_type{});
             else softmax(0, std::false_type{});
+            TRACE_END(softmax, local - 1, 0);
 
             // Tile t: one turn issues QK of t (group 1) and then PV of t - 1 (group 2). wait_group 1 returns
             // once all but the newest group have retired — QK of t — and the softmax of t runs while PV of
@@ -458,18 +483,34 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // the PV and overlap nothing); the loop's back edge keeps it after them.
             const auto iteration = [&](int tile, auto masked) {
                 retire_pv(tile - 2);
+                TRACE_BEGIN(rescale);
                 rescale_and_pack();  // P of t - 1, and O rescaled for it
+                TRACE_END(rescale, local - 1, tile - 1);
+                TRACE_BEGIN(wait_k);
                 wait_full(k_full, k_phase, tile);
+                TRACE_END(wait_k, local - 1, tile);
+                TRACE_BEGIN(wait_v);
                 wait_full(v_full, v_phase, tile - 1);
+                TRACE_END(wait_v, local - 1, tile - 1);
+                TRACE_BEGIN(wait_turn);
                 named_barrier_sync<PINGPONG_THREADS>(my_turn);  // the other consumer has issued its turn
+                TRACE_END(wait_turn, local - 1, tile);
+                TRACE_BEGIN(qk);
                 wgmma_fence();  // O was rescaled, P written and S read by ordinary instructions
                 issue_qk(tile);
+                TRACE_END(qk, local - 1, tile);
+                TRACE_BEGIN(pv);
                 issue_pv(tile - 1);
+                TRACE_END(pv, local - 1, tile - 1);
                 named_barrier_arrive<PINGPONG_THREADS>(other_turn);  // turn over: the other consumer's turn
+                TRACE_BEGIN(wait_qk);
                 wgmma_wait<1>();  // QK of t has retired; PV of t - 1 may still run
                 wgmma_fence_operands(s);
+                TRACE_END(wait_qk, local - 1, tile);
                 release_k(tile);
+                TRACE_BEGIN(softmax);
                 softmax(tile, masked);
+                TRACE_END(softmax, local - 1, tile);
             };
             // Two loops: the tiles every row sees whole, without a mask, then the tiles the diagonal
             // (or the end of the keys) crosses, with one.
@@ -481,11 +522,19 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             // (whose first turn, QK of its tile 0, consumer 0 takes after this one of consumer 1's), except
             // after consumer 1's last turn of its last tile, which it does not hand over.
             retire_pv(num_tiles - 2);
+            TRACE_BEGIN(rescale);
             rescale_and_pack();
+            TRACE_END(rescale, local - 1, num_tiles - 1);
+            TRACE_BEGIN(wait_v);
             wait_full(v_full, v_phase, num_tiles - 1);
+            TRACE_END(wait_v, local - 1, num_tiles - 1);
+            TRACE_BEGIN(wait_turn);
             named_barrier_sync<PINGPONG_THREADS>(my_turn);
+            TRACE_END(wait_turn, local - 1, num_tiles);
+            TRACE_BEGIN(pv);
             wgmma_fence();  // O was rescaled and P written by ordinary instructions
             issue_pv(num_tiles - 1);
+            TRACE_END(pv, local - 1, num_tiles - 1);
             if (consumer == 0 || !last_out_tile) named_barrier_arrive<PINGPONG_THREADS>(other_turn);
             retire_pv(num_tiles - 1);
             // Every wgmma of this tile has retired, the last QK (the last reader of Q) among them: lane 0
@@ -495,6 +544,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
 
         // Epilogue: finish the row sums across the quad, divide, round to bf16 into the staging buffer.
         // A row that saw no key has a sum of 0 and an output of 0 (not 0 / 0).
+        TRACE_BEGIN(epilogue);
         float inv_sum[2];
         #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -522,11 +572,13 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
         }
         fence_proxy_async_shared();  // this thread's stores, made visible to the copy engine
         named_barrier_sync<EPILOGUE_THREADS>(epilogue_bar);  // all 128 threads have written and fenced
+        TRACE_END(epilogue, local - 1, -1);
         if (store_thread) {
             #pragma unroll
             for (int box = 0; box < HEAD_DIM / BOX_COLS; ++box)
                 tma_store_4d(&o_map, o_stage + box * (WG_ROWS * BOX_COLS * 2), box * BOX_COLS, o_row, t.head, t.batch);
             bulk_commit_group();  // the store runs on while this consumer starts the next tile
+            TRACE_MARK(store, local - 1, -1);
         }
         kv_base += num_tiles;
     }
