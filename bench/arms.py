@@ -21,6 +21,7 @@ class Arm:
     name = ""
     label = ""
     source_hash = None
+    layout = "bhsd"  # how the current shape stores its inputs (the runner sets it per shape)
 
     @property
     def key(self) -> str:

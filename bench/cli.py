@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bench import peers
-from bench.shapes import CAUSAL_CHOICES, QUICK_SHAPE, SHAPES, parse_shapes, parse_stages
+from bench.shapes import ALL_SHAPES, CAUSAL_CHOICES, QUICK_SHAPE, parse_shapes, parse_stages
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FULL = {"rounds": 5, "launches": 10}
@@ -18,13 +18,16 @@ QUICK = {"rounds": 3, "launches": 5}
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Check and time the attention stages against FlashAttention-4, cuDNN, FlashAttention-2, "
-                    "FlexAttention and memory-efficient SDPA in one process; write bench/results/<gpu>.json.")
+        description="Check and time the attention stages against FlashAttention-3, FlashAttention-4, cuDNN, "
+                    "FlashAttention-2, FlexAttention and memory-efficient SDPA in one process; write "
+                    "bench/results/<gpu>.json.")
     p.add_argument("--stages", default="all", help="stages to run: 'all' (default), 'none', or e.g. '1,2,5-6'")
     p.add_argument("--peers", default="all",
                    help=f"peers to run: 'all' (default), 'none', or some of {','.join(peers.ORDER)}")
     p.add_argument("--shapes", default=None,
-                   help=f"comma-separated, from {','.join(SHAPES)} (default: all; --quick: {QUICK_SHAPE})")
+                   help=f"comma-separated, from {','.join(ALL_SHAPES)}, or a set: core (4k,8k,16k: every stage), "
+                        f"users (the shapes beyond them: the full-contract stages and the reference peers), "
+                        f"all (default; --quick: {QUICK_SHAPE})")
     p.add_argument("--causal", choices=tuple(CAUSAL_CHOICES), default=None,
                    help="masks to run (default: both; --quick: off)")
     p.add_argument("--quick", action="store_true",
@@ -67,7 +70,7 @@ def parse_options(argv: list[str], available_stages: list[int]):
 
     args = build_parser().parse_args(argv)
     mode = QUICK if args.quick else FULL
-    shapes = parse_shapes(args.shapes if args.shapes is not None else (QUICK_SHAPE if args.quick else ",".join(SHAPES)))
+    shapes = parse_shapes(args.shapes if args.shapes is not None else (QUICK_SHAPE if args.quick else "all"))
     causal = CAUSAL_CHOICES[args.causal or ("off" if args.quick else "both")]
     rounds = mode["rounds"] if args.reps is None else args.reps
     launches = mode["launches"] if args.launches is None else args.launches

@@ -59,9 +59,10 @@ class Reference:
         self.values = {}
         len_k = k.shape[2]
         cols = torch.arange(len_k, device=q.device)
+        group = q.shape[1] // k.shape[1]  # grouped-query: query head h reads K/V head h // group
         for b, h in sample.pairs:
-            kk = k[b, h].double()
-            vv = v[b, h].double()
+            kk = k[b, h // group].double()
+            vv = v[b, h // group].double()
             parts = []
             for start in range(0, len(rows), ROW_CHUNK):
                 idx = rows[start:start + ROW_CHUNK]

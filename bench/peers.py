@@ -1,19 +1,24 @@
-"""The peers, each called in its native layout: FlashAttention-4 (BSHD), torch SDPA backends and
-FlexAttention (BHSD). A peer that cannot be imported is reported missing, never estimated."""
+"""The peers, each called in its native layout: FlashAttention-3 and -4 (BSHD), torch SDPA backends
+and FlexAttention (BHSD). A peer that cannot be imported is reported missing, never estimated. The
+shapes beyond 4k/8k/16k (bench.shapes.USER_SHAPES) run on the reference peers only: FA3, FA4, cuDNN."""
 
 from __future__ import annotations
 
 from bench.arms import Arm, Launch
+from bench.shapes import is_user_shape
 
 LABELS = {
+    "fa3": "FlashAttention-3 (Hopper, C++)",
     "fa4": "FlashAttention-4 (CuTe DSL)",
     "cudnn": "cuDNN (torch SDPA)",
     "fa2": "FlashAttention-2 (torch SDPA flash)",
     "flex": "FlexAttention (torch.compile, Triton)",
     "efficient": "memory-efficient (torch SDPA)",
 }
-ORDER = ("fa4", "cudnn", "fa2", "flex", "efficient")
-FA4_HINT = "see shared/tools/fa4-on-gpu-machine.md for getting it onto the GPU machine"
+ORDER = ("fa3", "fa4", "cudnn", "fa2", "flex", "efficient")
+REFERENCE_PEERS = ("fa3", "fa4", "cudnn")  # the ones the stages are compared with, on every shape
+FA_HINT = "see shared/tools/peers-on-gpu-machine.md for getting it onto the GPU machine"
+USERS_ONLY_REFERENCES = ("skipped", "the shapes beyond 4k/8k/16k run on the reference peers (FA3, FA4, cuDNN) only")
 
 
 def _why(err: BaseException) -> str:
@@ -21,18 +26,21 @@ def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
-class Fa4(Arm):
-    name = "fa4"
-    label = LABELS["fa4"]
+class FlashAttention(Arm):
+    """FlashAttention-3 (`flash_attn_interface`, the Hopper C++ build) or -4 (`flash_attn.cute`):
+    BSHD, K/V with fewer heads read as they are (grouped-query)."""
 
-    def __init__(self, torch):
-        self.torch = torch
+    MODULES = {"fa3": "flash_attn_interface", "fa4": "flash_attn.cute"}
+
+    def __init__(self, torch, name):
+        self.torch, self.name, self.label = torch, name, LABELS[name]
         try:
-            from flash_attn.cute import flash_attn_func
+            module = __import__(self.MODULES[name], fromlist=["flash_attn_func"])
+            func = module.flash_attn_func
         except Exception as err:  # ImportError, or a broken install raising anything while importing
-            self.func, self.missing = None, f"flash_attn.cute is not importable ({_why(err)}); {FA4_HINT}"
+            self.func, self.missing = None, f"{self.MODULES[name]} is not importable ({_why(err)}); {FA_HINT}"
         else:
-            self.func, self.missing = flash_attn_func, None
+            self.func, self.missing = func, None
 
     def applies(self, shape, causal):
         return ("missing", self.missing) if self.missing else None
@@ -66,12 +74,17 @@ class Sdpa(Arm):
             self.missing = f"torch {torch.__version__} has no SDPA backend {self.BACKENDS[name]} ({_why(err)})"
 
     def applies(self, shape, causal):
-        return ("missing", self.missing) if self.missing else None
+        if self.missing:
+            return ("missing", self.missing)
+        return USERS_ONLY_REFERENCES if is_user_shape(shape) and self.name not in REFERENCE_PEERS else None
 
     def prepare(self, q, k, v, causal, scale):
         sdpa = self.torch.nn.functional.scaled_dot_product_attention
         backend, sdpa_kernel = self.backend, self.sdpa_kernel
-        return Launch(fn=lambda: sdpa(q, k, v, is_causal=causal, scale=scale),
+        if self.layout == "bshd":  # BSHD storage, seen as BHSD: what a model with BSHD tensors passes
+            q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+        return Launch(fn=lambda: sdpa(q, k, v, is_causal=causal, scale=scale, **gqa),
                       context=lambda: sdpa_kernel([backend]))
 
 
@@ -92,7 +105,9 @@ class Flex(Arm):
         self.flex_attention = flex_attention
 
     def applies(self, shape, causal):
-        return ("missing", self.missing) if self.missing else None
+        if self.missing:
+            return ("missing", self.missing)
+        return USERS_ONLY_REFERENCES if is_user_shape(shape) else None
 
     def compiled(self):
         if self._compiled is None:
@@ -117,8 +132,8 @@ class Flex(Arm):
 def make_peers(torch, names) -> list[Arm]:
     out = []
     for name in names:
-        if name == "fa4":
-            out.append(Fa4(torch))
+        if name in FlashAttention.MODULES:
+            out.append(FlashAttention(torch, name))
         elif name == "flex":
             out.append(Flex(torch))
         else:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 import time
 
+from bench import peers
+from bench.shapes import ALL_SHAPES
+
 
 class Log:
     """Prints timestamped progress lines (seconds since start) and keeps them for the --raw file."""
@@ -33,13 +36,13 @@ def _num(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-COLUMNS = ("arm", "shape", "status", "TFLOP/s", "ms", "spread%", "vs fa4", "vs cudnn", "rel err", "note")
+COLUMNS = ("arm", "shape", "status", "TFLOP/s", "ms", "spread%", "vs fa3", "vs fa4", "vs cudnn", "rel err", "note")
 
 
 def summary_rows(entries: list[dict]) -> list[tuple[str, ...]]:
-    shape_order = {"4k": 0, "8k": 1, "16k": 2}
+    shape_order = {name: i for i, name in enumerate(ALL_SHAPES)}
     kind_order = {"stage": 0, "peer": 1}
-    peer_order = {"fa4": 0, "cudnn": 1, "fa2": 2, "flex": 3, "efficient": 4}
+    peer_order = {name: i for i, name in enumerate(peers.ORDER)}
 
     def key(e):
         return (e["causal"], shape_order.get(e["shape"], 9), e["shape"], kind_order[e["kind"]],
@@ -55,6 +58,7 @@ def summary_rows(entries: list[dict]) -> list[tuple[str, ...]]:
             _num(e.get("tflops"), ".1f"),
             _num(e.get("median_ms"), ".4f"),
             _num(e.get("spread_pct"), ".2f"),
+            _num(ratios.get("fa3"), ".3f"),
             _num(ratios.get("fa4"), ".3f"),
             _num(ratios.get("cudnn"), ".3f"),
             _num(e.get("rel_err"), ".2e"),

@@ -132,8 +132,10 @@ def run_config(s: Session, arms, shape: Shape, causal: bool, run_id: str) -> lis
     raw = {"shape": shape.name, "causal": causal, "arms": {}}
     entries: dict[str, dict] = {}
     s.current, s.pending, s.config = entries, list(arms), (shape, causal, run_id)
-    q, k, v = (torch.randn(shape.batch, shape.heads, n, shape.head_dim, device=s.device, dtype=torch.bfloat16)
-               for n in (shape.len_q, shape.len_k, shape.len_k))
+    q, k, v = (torch.randn(shape.batch, heads, n, shape.head_dim, device=s.device, dtype=torch.bfloat16)
+               for heads, n in ((shape.heads, shape.len_q), (shape.kv, shape.len_k), (shape.kv, shape.len_k)))
+    for arm in arms:  # BSHD shapes: each arm takes its inputs stored that way (prepare() reads it)
+        arm.layout = shape.layout
     scale = 1.0 / math.sqrt(shape.head_dim)
     sample = correctness.choose_sample(shape.batch, shape.heads, shape.len_q, s.rng)
     with s.watch(f"{name}: the float64 reference"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.arms import Arm, Launch
+from bench.shapes import is_user_shape
 
 
 def _first_lines(text: str, n: int = 3) -> str:
@@ -58,6 +59,10 @@ class StageArm(Arm):
             return ("skipped", f"stage is built for head dim {s.head_dim}, shape has {shape.head_dim}")
         if not s.tails and (shape.len_q % s.block_m or shape.len_k % s.block_n):
             return ("skipped", f"stage needs lengths that are multiples of its tile ({s.block_m}x{s.block_n})")
+        if is_user_shape(shape) and not (s.causal and s.tails and s.strided):
+            return ("skipped", "the shapes beyond 4k/8k/16k run on the stages with the whole contract (17 on)")
+        if shape.kv_heads and not s.gqa:
+            return ("skipped", "stage has no grouped-query attention (stage.toml supports.gqa)")
         if self.build_error:
             return ("failed", self.build_error)
         return None
@@ -66,6 +71,11 @@ class StageArm(Arm):
         import hopattn
 
         number = self.stage.number
+        if self.layout == "bshd":  # the BSHD shape: stored so, read in place (the copy is made here, untimed)
+            qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            return Launch(fn=lambda: hopattn.attention(qs, ks, vs, causal=causal, scale=scale, stage=number,
+                                                       layout="bshd"),
+                          to_bhsd=lambda out: out.transpose(1, 2))
         return Launch(fn=lambda: hopattn.attention(q, k, v, causal=causal, scale=scale, stage=number))
 
 

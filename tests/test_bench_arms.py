@@ -49,18 +49,49 @@ def test_build_failure_is_reported_per_stage(stage01):
     assert arm.applies(SHAPES["4k"], False)[0] == "skipped"
 
 
-def test_peers_are_built_in_canonical_order_and_missing_fa4_says_why():
+def test_peers_are_built_in_canonical_order_and_missing_flash_attention_says_why():
     torch = pytest.importorskip("torch")
     arms = peers.make_peers(torch, list(peers.ORDER))
     assert [a.name for a in arms] == list(peers.ORDER)
     assert all(a.kind == "peer" and a.label == peers.LABELS[a.name] for a in arms)
-    try:
-        import flash_attn.cute  # noqa: F401
-    except Exception:
-        status, reason = arms[0].applies(SHAPES["4k"], False)
-        assert status == "missing" and "flash_attn.cute is not importable" in reason and "fa4-on-gpu-machine" in reason
-    for arm in arms[1:]:
+    for arm, module in zip(arms[:2], ("flash_attn_interface", "flash_attn.cute")):
+        try:
+            __import__(module)
+        except Exception:
+            status, reason = arm.applies(SHAPES["4k"], False)
+            assert status == "missing" and f"{module} is not importable" in reason
+            assert "peers-on-gpu-machine" in reason
+    for arm in arms[2:]:
         assert arm.applies(SHAPES["4k"], True) is None  # SDPA backends and FlexAttention exist in this torch
+
+
+def test_the_users_shapes_run_on_the_full_contract_stages_and_the_reference_peers():
+    torch = pytest.importorskip("torch")
+    from bench.shapes import USER_SHAPES
+
+    by = {a.name: a for a in peers.make_peers(torch, list(peers.ORDER))}
+    for shape in USER_SHAPES.values():
+        assert by["cudnn"].applies(shape, True) is None
+        for name in ("fa2", "flex", "efficient"):
+            assert by[name].applies(shape, False)[0] == "skipped"
+    stages = {s.number: s for s in lineage.discover()}
+    early, full = StageArm(stages[16], (9, 0), "NVIDIA H200"), StageArm(stages[19], (9, 0), "NVIDIA H200")
+    assert early.applies(USER_SHAPES["32k"], False)[0] == "skipped"
+    assert full.applies(USER_SHAPES["32k"], True) is None and full.applies(USER_SHAPES["8k-bshd"], False) is None
+    assert "grouped-query" in full.applies(USER_SHAPES["8k-gqa"], False)[1]
+    assert StageArm(stages[20], (9, 0), "NVIDIA H200").applies(USER_SHAPES["8k-gqa"], True) is None
+
+
+def test_grouped_query_and_bshd_shapes_reach_the_peers_as_models_pass_them():
+    torch = pytest.importorskip("torch")
+    cudnn = peers.make_peers(torch, ["cudnn"])[0]
+    q, kv = torch.randn(1, 8, 16, 8), torch.randn(1, 2, 16, 8)
+    cudnn.layout = "bshd"
+    launch = cudnn.prepare(q, kv, kv, False, 0.5)
+    with launch.context():
+        pass
+    out = torch.nn.functional.scaled_dot_product_attention(q, kv, kv, scale=0.5, enable_gqa=True)
+    assert torch.allclose(launch.fn(), out, atol=1e-6)
 
 
 def test_sdpa_peer_runs_in_bhsd_under_its_backend_context():

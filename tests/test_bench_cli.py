@@ -16,8 +16,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_defaults_are_the_full_run():
     o = cli.parse_options([], AVAIL)
-    assert o.stages is None and o.peers == ["fa4", "cudnn", "fa2", "flex", "efficient"]
-    assert [s.name for s in o.shapes] == ["4k", "8k", "16k"] and o.causal == (False, True)
+    assert o.stages is None and o.peers == ["fa3", "fa4", "cudnn", "fa2", "flex", "efficient"]
+    assert [s.name for s in o.shapes] == ["4k", "8k", "16k", "32k", "512x64", "odd", "512x32k", "8k-bshd", "8k-gqa"]
+    assert o.causal == (False, True)
+    assert [s.name for s in cli.parse_options(["--shapes", "core"], AVAIL).shapes] == ["4k", "8k", "16k"]
+    assert [s.name for s in cli.parse_options(["--shapes", "8k,users"], AVAIL).shapes][:2] == ["8k", "32k"]
     assert (o.rounds, o.launches) == (5, 10)
     assert o.out is None and o.raw is None and o.seed is None
     assert o.command == "python -m bench"
@@ -41,10 +44,10 @@ def test_explicit_flags_override_quick():
 
 @pytest.mark.parametrize("argv, message", [
     (["--stages", "1,40"], "--stages: no stage 40"),
-    (["--shapes", "32k"], "--shapes: unknown shape"),
+    (["--shapes", "64k"], "--shapes: unknown shape"),
     (["--reps", "0"], "--reps"),
     (["--launches", "0"], "--launches"),
-    (["--peers", "fa3"], "--peers: unknown peer 'fa3'"),
+    (["--peers", "fa5"], "--peers: unknown peer 'fa5'"),
 ])
 def test_bad_flags_name_the_flag(argv, message):
     with pytest.raises(ValueError, match=message):

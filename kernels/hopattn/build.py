@@ -69,24 +69,29 @@ def nvcc_version() -> str:
     return out.strip().splitlines()[-1]
 
 
-def nvcc_flags(stage: lineage.Stage) -> list[str]:
-    return COMMON_FLAGS + GENCODE[stage.arch]
+TRACE_FLAG = "-DHOPATTN_TRACE"  # the trace points of common/trace.cuh record (python -m bench.trace)
+
+
+def nvcc_flags(stage: lineage.Stage, traced: bool = False) -> list[str]:
+    return COMMON_FLAGS + GENCODE[stage.arch] + ([TRACE_FLAG] if traced else [])
 
 
 def _key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
-def library_path(stage: lineage.Stage) -> Path:
-    key = _key(stage.source_hash(), " ".join(nvcc_flags(stage)), nvcc_version())
-    return build_dir() / f"stage{stage.id}-{stage.slug}-{key}.so"
+def library_path(stage: lineage.Stage, traced: bool = False) -> Path:
+    key = _key(stage.source_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version())
+    return build_dir() / f"stage{stage.id}-{stage.slug}{'-traced' if traced else ''}-{key}.so"
 
 
-def compile_stage(stage: lineage.Stage, out_dir: Path | None = None) -> CompileResult:
-    """Compile one stage into a shared library (reusing the cache when nothing changed)."""
-    target = library_path(stage) if out_dir is None else Path(out_dir) / library_path(stage).name
+def compile_stage(stage: lineage.Stage, out_dir: Path | None = None, traced: bool = False) -> CompileResult:
+    """Compile one stage into a shared library (reusing the cache when nothing changed); traced:
+    with its trace points recording (a separate library)."""
+    target = library_path(stage, traced)
+    target = target if out_dir is None else Path(out_dir) / target.name
     log_path = target.with_suffix(".ptxas.log")
-    cmd = [nvcc(), *nvcc_flags(stage), "-o", str(target), str(stage.kernel_path)]
+    cmd = [nvcc(), *nvcc_flags(stage, traced), "-o", str(target), str(stage.kernel_path)]
     if target.is_file() and log_path.is_file():
         return CompileResult(target, log_path.read_text(), tuple(cmd), True, 0.0)
     target.parent.mkdir(parents=True, exist_ok=True)

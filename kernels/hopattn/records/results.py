@@ -18,8 +18,8 @@ from .fields import Checker, is_int, is_num, is_text, nonneg_num, pos_int, pos_n
 SCHEMA_VERSION = 1
 
 KINDS = ("stage", "peer")
-PEERS = ("fa4", "cudnn", "fa2", "flex", "efficient")
-REFERENCES = ("fa4", "cudnn")
+PEERS = ("fa3", "fa4", "cudnn", "fa2", "flex", "efficient")
+REFERENCES = ("fa3", "fa4", "cudnn")  # each entry's ratios: its speed over theirs, measured in the same run
 STATUSES = ("ok", "wrong", "skipped", "missing", "failed")
 TIMING_FIELDS = ("median_ms", "min_ms", "max_ms", "spread_pct", "samples", "tflops", "ratios")
 
@@ -29,7 +29,7 @@ _DATE_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _HASH_RE = re.compile(r"^[0-9a-f]{16}$")
 _STAGE_NAME_RE = re.compile(r"^\d\d$")
-_SHAPE_RE = re.compile(r"^[a-z0-9]+$")
+_SHAPE_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 class ResultsError(ValueError):

@@ -1,0 +1,132 @@
+"""The trace producer (needs a GPU): per-warp timelines of every stage, recorded by its trace points.
+
+    python -m bench.trace                    # every stage: 8k non-causal, and causal from stage 17 on
+    python -m bench.trace --stages 19-20     # some stages
+
+Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): lane 0 of every warp
+of the CTAs that run on one SM records the SM clock at the start and end of each event. The
+producer launches it once at the fixed shape, reads the records back, converts cycles to
+nanoseconds with the SM clock it read during the run, and writes one committed record per stage
+and mask through hopattn.records.traces (bench/results/traces/<gpu>/<NN>[-causal].json): a
+window of the steady state with a tile boundary in it, the median time per K/V step, per-event
+statistics over everything recorded, and the traced build's overhead on the kernel's time
+(traced against untraced launches, interleaved, same process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+from hopattn import build, lineage
+from hopattn.records import traces
+
+from . import env, shapes
+
+TARGET_SM = 0
+MAX_CTAS = 8  # CTAs traced on the target SM: the first to start there (non-persistent stages keep several)
+SHAPE = shapes.SHAPES["8k"]
+OVERHEAD_ROUNDS = 5
+
+
+def _launcher(torch, lib, q, k, v, out, causal):
+    b, h, lq, _ = q.shape
+    st = (h * lq * 128, lq * 128, 128)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def run():
+        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st, st, st, st, b, h, lq, lq, 128,
+                   1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
+    return run
+
+
+def _median_ms(torch, fn, n=10) -> float:
+    times = []
+    for _ in range(n):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
+    from hopattn import api
+
+    native = api._native()
+    plain = native.StageLibrary(str(build.compile_stage(stage).library))
+    traced = native.StageLibrary(str(build.compile_stage(stage, traced=True).library))
+    capacity = traced.trace_capacity()
+    warps = stage.threads // 32
+    gen = torch.Generator(device="cuda").manual_seed(stage.number)
+    q, k, v = ((torch.randn(SHAPE.batch, SHAPE.heads, SHAPE.len_q, 128, generator=gen, device="cuda") * 2)
+               .to(torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    events = torch.zeros(MAX_CTAS * warps * capacity * 4, dtype=torch.int32, device="cuda")
+    base = torch.zeros(MAX_CTAS * 2, dtype=torch.int64, device="cuda")
+    info = torch.zeros(MAX_CTAS * 2, dtype=torch.int32, device="cuda")
+    slots = torch.zeros(1, dtype=torch.int32, device="cuda")
+    run_plain, run_traced = (_launcher(torch, lib, q, k, v, out, causal) for lib in (plain, traced))
+
+    def setup():  # every traced launch records afresh: the slot counter back to 0
+        slots.zero_()
+        traced.trace_setup(events.data_ptr(), base.data_ptr(), info.data_ptr(), slots.data_ptr(), MAX_CTAS, warps,
+                           TARGET_SM)
+
+    setup()
+    for fn in (run_plain, run_traced):  # warm-up (module load, clocks)
+        fn()
+    torch.cuda.synchronize()
+    plain_ms, traced_ms, clocks = [], [], []
+    for _ in range(OVERHEAD_ROUNDS):
+        plain_ms.append(_median_ms(torch, run_plain))
+        setup()
+        traced_ms.append(_median_ms(torch, lambda: (setup(), run_traced())))
+        clocks.append(torch.cuda.clock_rate())
+    setup()
+    run_traced()  # the launch whose records are kept
+    torch.cuda.synchronize()
+    clocks.append(torch.cuda.clock_rate())
+    used = min(int(slots.item()), MAX_CTAS)
+    records = events.view(MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy()
+    bases = base.view(MAX_CTAS, 2)[:used].cpu().tolist()
+    infos = info.view(MAX_CTAS, 2)[:used].cpu().tolist()
+    clock_mhz = statistics.median(clocks)
+    return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
+                              plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.trace", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stages", default="all", help="stage numbers and ranges (1,5-6) or 'all'")
+    parser.add_argument("--out", default=None, help="folder for the records (default bench/results/traces/<gpu>)")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python -m bench.trace needs a CUDA GPU", file=sys.stderr)
+        return 2
+    stages = lineage.discover()
+    wanted = shapes.parse_stages(args.stages, [s.number for s in stages])
+    environment = env.collect(torch, env.read_clocks(), env.read_clocks())
+    run = traces.new_run(environment, " ".join(["python -m bench.trace", *(argv or sys.argv[1:])]))
+    folder = traces.folder(environment["gpu_name"]) if args.out is None else args.out
+    start = time.perf_counter()
+    for stage in (s for s in stages if s.number in wanted):
+        for causal in (False, True) if stage.causal else (False,):
+            record = trace_stage(torch, stage, causal)
+            path = traces.write(folder, run, record)
+            o = record["overhead"]
+            print(f"[{time.perf_counter() - start:6.1f}s] stage {stage.id} {'causal' if causal else 'non-causal'}: "
+                  f"{len(record['events'])} events in the window, {record['per_step_ns']:.0f} ns per K/V step, "
+                  f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %) -> {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

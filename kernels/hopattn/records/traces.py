@@ -1,0 +1,232 @@
+"""The trace records (bench/results/traces/<gpu-slug>/<NN>[-causal].json): what every warp of the
+CTAs on one SM did, and when, in one launch of a stage built with its trace points on
+(common/trace.cuh; the producer is `python -m bench.trace`).
+
+A record holds the run's provenance (date, commit, dirty flag, environment), the stage's source
+hash (a record older than its stage's sources is stale, as numbers are), the shape and mask, the
+SM clock the cycles were converted with, the roles of the warps, a window of the steady state with
+an output-tile boundary in it (every event of every traced warp that overlaps it), per-event
+statistics over everything recorded, the median time per K/V step, and the traced build's
+overhead on the kernel's time. Only the standard library: the site reads these without torch.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+from .. import lineage
+from . import files
+from .fields import Checker, is_int, is_num, is_text, nonneg_num, pos_num
+
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path(__file__).resolve().parents[3] / "bench" / "results" / "traces"
+# The order of TraceEvent in kernels/attention/common/trace.cuh, from 1 (tests check they agree).
+EVENTS = ("load_q", "load_k", "load_v", "load_kv", "wait_q", "wait_k", "wait_v", "wait_kv", "wait_empty",
+          "wait_turn", "wait_tile", "qk", "wait_qk", "softmax", "rescale", "pv", "wait_pv", "epilogue", "store")
+# What a K/V step is measured by: the start of each step's first GEMM, else of its load.
+STEP_EVENTS = ("qk", "load_kv", "wait_kv", "load_k")
+WINDOW_STEPS = (5, 6)  # K/V steps before and after the tile boundary the window is centred on
+EVENT_FIELDS = ("slot", "warp", "event", "tile", "kv", "start_ns", "end_ns")
+
+
+class TraceError(ValueError):
+    """A trace record is invalid; the message names the file and the field."""
+
+
+def folder(gpu_name: str) -> Path:
+    from .results import gpu_slug
+
+    return RESULTS_DIR / gpu_slug(gpu_name)
+
+
+def record_name(stage_id: str, causal: bool) -> str:
+    return f"{stage_id}{'-causal' if causal else ''}.json"
+
+
+# --- from the device's buffers to a record -------------------------------------------------------
+
+
+def _unwrap(lo: int, base: int) -> int:
+    """A 32-bit clock reading, made whole against the full clock at the CTA's start."""
+    return base + ((lo - (base & 0xFFFFFFFF)) & 0xFFFFFFFF)
+
+
+def decode(records, bases, infos, clock_mhz: float) -> tuple[list[list], list[dict]]:
+    """All events of all traced warps, as [slot, warp, event, tile, kv, start_ns, end_ns] with times
+    from the earliest CTA start on the SM; and the CTAs (slot, block, sm, start_ns).
+    `records`: [slots][warps][capacity][4] int32 as the kernel wrote them (event 0: unused)."""
+    origin = min(int(b[0]) for b in bases)
+    ns = 1000.0 / clock_mhz
+    events = []
+    for slot, per_warp in enumerate(records):
+        base = int(bases[slot][0])
+        for warp, rows in enumerate(per_warp):
+            for event, tag, start, end in (tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows):
+                if event == 0:
+                    break
+                kv = tag & 0xFFFF
+                t0, t1 = _unwrap(start, base) - origin, _unwrap(end, base) - origin
+                events.append([slot, warp, EVENTS[event - 1], tag >> 16, -1 if kv == 0xFFFF else kv,
+                               round(t0 * ns, 1), round(t1 * ns, 1)])
+    events.sort(key=lambda e: (e[5], e[0], e[1]))
+    ctas = [{"slot": s, "block": int(infos[s][0]), "sm": int(infos[s][1]),
+             "start_ns": round((int(bases[s][0]) - origin) * ns, 1)} for s in range(len(bases))]
+    return events, ctas
+
+
+def step_ns(events: list[list]) -> float | None:
+    """Median time between the starts of consecutive K/V steps of one warp within one tile."""
+    for name in STEP_EVENTS:
+        starts: dict[tuple, list[tuple[int, float]]] = {}
+        for slot, warp, event, tile, kv, t0, _ in events:
+            if event == name and kv >= 0:
+                starts.setdefault((slot, warp, tile), []).append((kv, t0))
+        gaps = []
+        for seq in starts.values():
+            seq.sort()
+            gaps += [b[1] - a[1] for a, b in zip(seq, seq[1:]) if b[0] == a[0] + 1]
+        if gaps:
+            return statistics.median(gaps)
+    return None
+
+
+def window(events: list[list], per_step: float | None) -> tuple[float, float]:
+    """A window of the steady state centred on slot 0's first tile boundary: the start of its
+    second output tile (persistent stages), else the end of its only one (the next CTA on the SM)."""
+    mine = [e for e in events if e[0] == 0]
+    later = [e[5] for e in mine if e[3] >= 1]
+    centre = min(later) if later else max(e[6] for e in mine)
+    before, after = WINDOW_STEPS
+    step = per_step or (max(e[6] for e in events) - min(e[5] for e in events)) / 20
+    return max(0.0, centre - before * step), centre + after * step
+
+
+def event_stats(events: list[list]) -> dict:
+    by: dict[str, list[float]] = {}
+    for e in events:
+        by.setdefault(e[2], []).append(e[6] - e[5])
+    return {name: {"count": len(d), "median_ns": round(statistics.median(d), 1), "total_ns": round(sum(d), 1)}
+            for name, d in sorted(by.items())}
+
+
+def roles(stage: lineage.Stage) -> list[str]:
+    """The role of each warp of the CTA, from stage.toml."""
+    names = [""] * (stage.threads // 32)
+    for role in stage.roles:
+        for w in role.warps:
+            names[w] = role.name
+    return names
+
+
+def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases, infos, clock_mhz: float, *,
+                plain_ms: float, traced_ms: float) -> dict:
+    """The record (without its run) of one traced launch."""
+    events, ctas = decode(records, bases, infos, clock_mhz)
+    if not events:
+        raise TraceError(f"stage {stage.id}: the traced launch recorded no event on the target SM")
+    per_step = step_ns(events)
+    start, end = window(events, per_step)
+    shown = [[e[0], e[1], e[2], e[3], e[4], round(e[5] - start, 1), round(e[6] - start, 1)]
+             for e in events if e[6] >= start and e[5] <= end]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "stage": stage.id, "name": stage.name, "source_hash": stage.source_hash(),
+        "shape": dict(shape), "causal": causal,
+        "clock_mhz": round(clock_mhz, 1),
+        "ctas": ctas, "roles": roles(stage),
+        "window": {"start_ns": round(start, 1), "end_ns": round(end, 1)},
+        "events": shown,
+        "per_step_ns": round(per_step, 1) if per_step else None,
+        "stats": event_stats(events),
+        "recorded": len(events),
+        "overhead": {"plain_ms": round(plain_ms, 4), "traced_ms": round(traced_ms, 4),
+                     "pct": round((traced_ms / plain_ms - 1) * 100, 2)},
+    }
+
+
+# --- the run, the files --------------------------------------------------------------------------
+
+
+def new_run(environment: dict, command: str) -> dict:
+    """date, commit, dirty flag, command and environment of a producer run (bench.env reads git)."""
+    import datetime as dt
+
+    from bench import env
+
+    commit, dirty = env.git_state()
+    return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "git_commit": commit,
+            "git_dirty": dirty, "command": command, "environment": environment}
+
+
+def write(folder_path, run: dict, record: dict) -> Path:
+    data = dict(record, run=run)
+    validate(data, "<new trace>")
+    path = Path(folder_path) / record_name(record["stage"], record["causal"])
+    files.write_atomic(path, files.dumps(data))
+    return path
+
+
+_DATE_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+def validate(data, where: str = "<trace>") -> dict:
+    c = Checker(where, TraceError)
+    if not isinstance(data, dict):
+        raise c.fail("(top level)", "an object", data)
+    c.get(data, "schema_version", "schema_version", f"{SCHEMA_VERSION}", lambda v: v == SCHEMA_VERSION)
+    c.get(data, "stage", "stage", "a two-digit stage number", lambda v: isinstance(v, str) and re.fullmatch(r"\d\d", v))
+    c.get(data, "name", "name", "the stage's NN-slug", is_text)
+    c.get(data, "source_hash", "source_hash", "16 hex digits",
+          lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v))
+    c.get(data, "causal", "causal", "true or false", lambda v: isinstance(v, bool))
+    c.get(data, "clock_mhz", "clock_mhz", "a positive number", pos_num)
+    shape = c.get(data, "shape", "shape", "an object of batch, heads, len_q, len_k, head_dim",
+                  lambda v: isinstance(v, dict))
+    for k in ("batch", "heads", "len_q", "len_k", "head_dim"):
+        c.get(shape, k, f"shape.{k}", "a positive integer", lambda v: is_int(v) and v > 0)
+    role_names = c.get(data, "roles", "roles", "a list of role names, one per warp",
+                       lambda v: isinstance(v, list) and v and all(isinstance(r, str) for r in v))
+    win = c.get(data, "window", "window", "an object with start_ns and end_ns", lambda v: isinstance(v, dict))
+    c.get(win, "start_ns", "window.start_ns", "a non-negative number", nonneg_num)
+    c.get(win, "end_ns", "window.end_ns", "a number after start_ns", lambda v: is_num(v) and v > win["start_ns"])
+    events = c.get(data, "events", "events", "a non-empty list", lambda v: isinstance(v, list) and v)
+    for i, e in enumerate(events):
+        ok = (isinstance(e, list) and len(e) == len(EVENT_FIELDS) and all(is_int(x) for x in e[:2]) and
+              e[2] in EVENTS and is_int(e[3]) and is_int(e[4]) and is_num(e[5]) and is_num(e[6]) and e[6] >= e[5] and
+              0 <= e[1] < len(role_names))
+        if not ok:
+            raise c.fail(f"events[{i}]", f"[{', '.join(EVENT_FIELDS)}] with a known event and end >= start", e)
+    c.get(data, "per_step_ns", "per_step_ns", "a positive number or null", pos_num, nullable=True)
+    c.get(data, "recorded", "recorded", "a positive integer", lambda v: is_int(v) and v > 0)
+    over = c.get(data, "overhead", "overhead", "an object", lambda v: isinstance(v, dict))
+    for k in ("plain_ms", "traced_ms"):
+        c.get(over, k, f"overhead.{k}", "a positive number", pos_num)
+    c.get(over, "pct", "overhead.pct", "a number", is_num)
+    run = c.get(data, "run", "run", "an object with date, git_commit, git_dirty, command, environment",
+                lambda v: isinstance(v, dict))
+    c.get(run, "date", "run.date", "a UTC date like 2026-12-01T10:00:00Z",
+          lambda v: isinstance(v, str) and bool(_DATE_RE.match(v)))
+    c.get(run, "git_commit", "run.git_commit", "40 hex digits or null",
+          lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{40}", v), nullable=True)
+    c.get(run, "git_dirty", "run.git_dirty", "true, false or null", lambda v: isinstance(v, bool), nullable=True)
+    c.get(run, "environment", "run.environment", "an object", lambda v: isinstance(v, dict))
+    return data
+
+
+def load(path) -> dict:
+    return validate(files.read_json(path, TraceError), str(path))
+
+
+def load_all(gpu_folder) -> dict[tuple[str, bool], dict]:
+    """{(stage id, causal): record} for every trace record of one GPU."""
+    out = {}
+    for path in sorted(Path(gpu_folder).glob("*.json")):
+        data = load(path)
+        out[(data["stage"], data["causal"])] = data
+    return out
+
+
+def is_stale(record: dict, stage: lineage.Stage) -> bool:
+    return record["source_hash"] != stage.source_hash()

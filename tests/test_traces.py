@@ -1,0 +1,91 @@
+"""The trace records (hopattn.records.traces): the event names agree with the kernel header, device
+buffers decode into a validated record (clock unwrapping, step time, the window around a tile
+boundary), and a record older than its stage's sources is stale."""
+
+import re
+
+import pytest
+
+from hopattn import lineage
+from hopattn.records import traces
+
+HEADER = lineage.ATTENTION_DIR / "common" / "trace.cuh"
+
+
+def test_event_names_follow_the_header_enum():
+    body = HEADER.read_text().split("enum TraceEvent")[1].split("};")[0]
+    names = re.findall(r"\bk([a-z_]+)\b", body)
+    assert tuple(n for n in names if n != "event_count") == traces.EVENTS
+
+
+def _buffers(steps=12, tiles=2, warps=3, capacity=256, base=(1 << 32) - 5000, mhz=2000.0):
+    """Fake device buffers: warp 0 loads, warps 1-2 compute; each K/V step 1000 cycles; the clock's
+    low word wraps during the launch."""
+    records = [[[[0, 0, 0, 0] for _ in range(capacity)] for _ in range(warps)]]
+    t = base + 100
+    counts = [0] * warps
+    ev = {name: i + 1 for i, name in enumerate(traces.EVENTS)}
+
+    def put(warp, name, tile, kv, t0, t1):
+        row = records[0][warp][counts[warp]]
+        row[:] = [ev[name], (tile << 16) | (kv & 0xFFFF), t0 & 0xFFFFFFFF, t1 & 0xFFFFFFFF]
+        counts[warp] += 1
+
+    for tile in range(tiles):
+        for kv in range(steps):
+            put(0, "load_k", tile, kv, t, t)
+            for w in (1, 2):
+                put(w, "qk", tile, kv, t + 10, t + 200)
+                put(w, "softmax", tile, kv, t + 200, t + 800)
+            t += 1000
+        for w in (1, 2):
+            put(w, "epilogue", tile, -1, t, t + 300)
+        t += 400
+    return records, [[base, 123456789]], [[0, 0]], mhz
+
+
+class FakeStage:
+    id, name, threads = "19", "19-descriptor-offsets", 96
+    roles = (lineage.Role("producer", (0,), 24, ()), lineage.Role("consumer", (1, 2), 240, ()))
+
+    @staticmethod
+    def source_hash():
+        return "0123456789abcdef"
+
+
+def test_device_buffers_decode_into_a_valid_record(tmp_path):
+    records, bases, infos, mhz = _buffers()
+    rec = traces.from_device(FakeStage, {"batch": 4, "heads": 16, "len_q": 8192, "len_k": 8192, "head_dim": 128},
+                             False, records, bases, infos, mhz, plain_ms=1.6, traced_ms=1.64)
+    assert rec["per_step_ns"] == 500.0  # 1000 cycles at 2 GHz
+    assert rec["roles"] == ["producer", "consumer", "consumer"]
+    assert rec["overhead"]["pct"] == 2.5
+    assert rec["recorded"] == 2 * 12 * 5 + 4
+    tiles = {e[3] for e in rec["events"]}
+    assert tiles == {0, 1}, "the window holds the tile boundary"
+    length = rec["window"]["end_ns"] - rec["window"]["start_ns"]
+    assert all(e[6] >= e[5] and e[6] >= 0 and e[5] <= length for e in rec["events"])  # each overlaps the window
+    starts = sorted(e[5] for e in rec["events"] if e[2] == "qk" and e[1] == 1)
+    assert all(b - a in (500.0, 700.0) for a, b in zip(starts, starts[1:]))  # unwrapped across the 2^32 wrap
+    run = {"date": "2026-12-01T10:00:00Z", "git_commit": "a" * 40, "git_dirty": False, "command": "x",
+           "environment": {"gpu_name": "NVIDIA H200"}}
+    path = traces.write(tmp_path, run, rec)
+    assert path.name == "19.json"
+    loaded = traces.load(path)
+    assert loaded["events"] == rec["events"]
+    assert traces.load_all(tmp_path)[("19", False)]["stage"] == "19"
+
+
+def test_a_record_names_the_field_that_is_wrong(tmp_path):
+    records, bases, infos, mhz = _buffers()
+    rec = traces.from_device(FakeStage, {"batch": 1, "heads": 1, "len_q": 1, "len_k": 1, "head_dim": 128}, True,
+                             records, bases, infos, mhz, plain_ms=1.0, traced_ms=1.0)
+    rec["events"][3][2] = "nap"
+    with pytest.raises(traces.TraceError, match=r"field 'events\[3\]'"):
+        traces.validate(dict(rec, run={}), "x.json")
+
+
+def test_staleness_follows_the_source_hash():
+    stage = lineage.discover()[-1]
+    assert not traces.is_stale({"source_hash": stage.source_hash()}, stage)
+    assert traces.is_stale({"source_hash": "0" * 16}, stage)
