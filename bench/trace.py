@@ -43,9 +43,12 @@ def _launcher(torch, lib, q, k, v, out, causal):
     return run
 
 
-def _median_ms(torch, fn, n=10) -> float:
+def _median_ms(torch, fn, before=None, n=10) -> float:
+    """Median of n launches timed with CUDA events; `before` runs ahead of each, outside the events."""
     times = []
     for _ in range(n):
+        if before is not None:
+            before()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -53,6 +56,18 @@ def _median_ms(torch, fn, n=10) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def _sm_mhz(torch, bases) -> float:
+    """The SM clock during the launch: from the CTAs' (clock64, globaltimer) pairs when several CTAs
+    started at different times, else as the driver reports it right after the launch."""
+    pairs = sorted((int(ns), int(clk)) for clk, ns in bases)
+    if len(pairs) >= 2 and pairs[-1][0] - pairs[0][0] > 20_000:  # 20 us apart at least
+        return (pairs[-1][1] - pairs[0][1]) / (pairs[-1][0] - pairs[0][0]) * 1000.0
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001  (no NVML): nvidia-smi's reading
+        return float(env.read_clocks()["sm_mhz"])
 
 
 def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
@@ -73,30 +88,28 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     slots = torch.zeros(1, dtype=torch.int32, device="cuda")
     run_plain, run_traced = (_launcher(torch, lib, q, k, v, out, causal) for lib in (plain, traced))
 
-    def setup():  # every traced launch records afresh: the slot counter back to 0
-        slots.zero_()
-        traced.trace_setup(events.data_ptr(), base.data_ptr(), info.data_ptr(), slots.data_ptr(), MAX_CTAS, warps,
-                           TARGET_SM)
-
-    setup()
-    for fn in (run_plain, run_traced):  # warm-up (module load, clocks)
-        fn()
+    # The buffers' addresses, once; each traced launch then starts with the slot counter at 0.
+    traced.trace_setup(events.data_ptr(), base.data_ptr(), info.data_ptr(), slots.data_ptr(), MAX_CTAS, warps,
+                       TARGET_SM)
+    run_plain()
+    expected = out.clone()
+    run_traced()  # warm-up, and the trace points must not change a single output bit
     torch.cuda.synchronize()
-    plain_ms, traced_ms, clocks = [], [], []
-    for _ in range(OVERHEAD_ROUNDS):
+    if not torch.equal(out, expected):
+        raise RuntimeError(f"stage {stage.id}: the traced build's output differs from the plain build's")
+    plain_ms, traced_ms = [], []
+    for _ in range(OVERHEAD_ROUNDS):  # interleaved, so clock drift falls on both alike
         plain_ms.append(_median_ms(torch, run_plain))
-        setup()
-        traced_ms.append(_median_ms(torch, lambda: (setup(), run_traced())))
-        clocks.append(torch.cuda.clock_rate())
-    setup()
+        traced_ms.append(_median_ms(torch, run_traced, before=slots.zero_))
+    for buffer in (events, base, info, slots):
+        buffer.zero_()
     run_traced()  # the launch whose records are kept
     torch.cuda.synchronize()
-    clocks.append(torch.cuda.clock_rate())
     used = min(int(slots.item()), MAX_CTAS)
     records = events.view(MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy()
     bases = base.view(MAX_CTAS, 2)[:used].cpu().tolist()
     infos = info.view(MAX_CTAS, 2)[:used].cpu().tolist()
-    clock_mhz = statistics.median(clocks)
+    clock_mhz = _sm_mhz(torch, bases)
     return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
                               plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms))
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 import hopattn
+import torch
 from hopattn import lineage
 
 MAX_REL_ERR = 1e-2

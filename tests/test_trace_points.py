@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import pytest
-
 from hopattn import build, lineage
 
 pytestmark = pytest.mark.nvcc

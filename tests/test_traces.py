@@ -5,7 +5,6 @@ boundary), and a record older than its stage's sources is stale."""
 import re
 
 import pytest
-
 from hopattn import lineage
 from hopattn.records import traces
 

@@ -112,14 +112,15 @@ def compile_stage(stage: lineage.Stage, out_dir: Path | None = None, traced: boo
 
 
 def build_stages(stages: list[lineage.Stage] | None = None, jobs: int | None = None,
-                 verbose: bool = False) -> dict[int, CompileResult]:
-    """Compile the given stages (default: all) in parallel; returns {stage number: result}."""
+                 verbose: bool = False, traced: bool = False) -> dict[int, CompileResult]:
+    """Compile the given stages (default: all) in parallel; returns {stage number: result}.
+    traced: their traced builds (-DHOPATTN_TRACE) instead."""
     stages = lineage.discover() if stages is None else stages
     jobs = jobs or min(len(stages), os.cpu_count() or 1) or 1
     results: dict[int, CompileResult] = {}
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {s.number: pool.submit(compile_stage, s) for s in stages}
+        futures = {s.number: pool.submit(compile_stage, s, None, traced) for s in stages}
         for number, fut in sorted(futures.items()):
             try:
                 results[number] = fut.result()
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5); default: all")
     parser.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes")
     parser.add_argument("--no-native", action="store_true", help="skip the pybind11 binding")
+    parser.add_argument("--traced", action="store_true",
+                        help="the traced builds (trace points on, for python -m bench.trace) instead")
     args = parser.parse_args(argv)
     try:
         stages = lineage.select(lineage.discover(), args.stages)
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     print(f"building {len(stages)} stage(s) into {build_dir()} with {nvcc_version()}", flush=True)
     try:
-        build_stages(stages, args.jobs, verbose=True)
+        build_stages(stages, args.jobs, verbose=True, traced=args.traced)
         if not args.no_native:
             print(f"  binding: {build_native().name}", flush=True)
     except BuildError as err:

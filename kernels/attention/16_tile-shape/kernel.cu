@@ -204,7 +204,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                     v_row = kv_row + tile * BLOCK_N;
                 }
             }
-            if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row);
+            if (it > 0) {
+                load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row);
+                TRACE_MARK(load_v, local, -1);
+            }
         }
         return;  // the producer's branch ends here: no code below runs in both roles
     }

@@ -229,7 +229,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                     v_row = tile * BLOCK_N, v_head = t.head, v_batch = t.batch;
                 }
             }
-            if (it > 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+            if (it > 0) {
+                load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                TRACE_MARK(load_v, local - 1, v_row / BLOCK_N);
+            }
         }
         return;  // the producer's branch ends here: no code below runs in both roles
     }

@@ -263,6 +263,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                     // then for consumer work whose loads have all been issued.
                     if (v_row >= 0) {
                         load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                        TRACE_MARK(load_v, local - 1, v_row / BLOCK_N);
                         v_row = -1;
                     }
                     const int slot = n % SCHED_STAGES;
@@ -305,7 +306,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                     v_row = tile * BLOCK_N, v_head = t.head, v_batch = t.batch;
                 }
             }
-            if (v_row >= 0) load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+            if (v_row >= 0) {
+                load_kv(&v_map, v_tiles, v_full, v_empty, v_empty_phase, it - 1, v_row, v_head, v_batch);
+                TRACE_MARK(load_v, local - 1, v_row / BLOCK_N);
+            }
         }
         return;  // the producer's branch ends here: no code below runs in both roles
     }
