@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 MAX_LEN = 20_000
 BLOCK_M = 128  # query rows per output tile of the final stages
 WORK_LIMIT = 4e8  # batch x heads x len_q x len_k: keeps the float64 reference to milliseconds
+ROW_LIMIT = 2_000_000  # batch x heads x max(len_q, len_k): each input under 0.5 GB
 GQA_RATIOS = (1, 2, 4, 8, 32)
 VIEWS = ("contiguous", "strided", "offset")
 
@@ -90,7 +91,7 @@ def fuzz_shapes(seed: int, count: int = 320, gqa: bool = False) -> list[Shape]:
         q_blocks = math.ceil(len_q / BLOCK_M)
         target_tiles = int(math.exp(rng.uniform(0, math.log(6000))))  # 1 .. 6000 output tiles
         pairs = max(1, target_tiles // q_blocks)
-        pairs = max(1, min(pairs, int(WORK_LIMIT // (len_q * len_k))))
+        pairs = max(1, min(pairs, int(WORK_LIMIT // (len_q * len_k)), ROW_LIMIT // max(len_q, len_k)))
         ratio = rng.choice(GQA_RATIOS) if gqa else 1
         kv_heads = max(1, round(pairs ** 0.5 / ratio)) if ratio > 1 else 0
         heads = (kv_heads * ratio) if ratio > 1 else max(1, min(pairs, rng.randint(1, 40)))

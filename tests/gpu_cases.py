@@ -45,27 +45,33 @@ def draw(shape, gen, magnitude=4.0) -> torch.Tensor:
 
 
 def reference(q, k, v, *, causal: bool, scale: float) -> torch.Tensor:
-    """softmax(scale q kᵀ) v in float64, BHSD, chunked over query rows; k and v may have fewer heads
-    (grouped-query); rows that see no key are 0 (bottom-right causal: query i sees j <= i + Lk - Lq)."""
+    """softmax(scale q kᵀ) v in float64, BHSD; k and v may have fewer heads (grouped-query); rows
+    that see no key are 0 (bottom-right causal: query i sees j <= i + Lk - Lq). Computed a few
+    (batch, K/V head) pairs and query rows at a time, so neither the float64 copies of K and V nor
+    the scores outgrow REFERENCE_BYTES."""
     batch, heads, len_q, _ = q.shape
-    len_k = k.shape[2]
-    group = heads // k.shape[1]
-    k64 = k.double().repeat_interleave(group, dim=1)
-    v64 = v.double().repeat_interleave(group, dim=1)
+    kv_heads, len_k = k.shape[1], k.shape[2]
+    group = heads // kv_heads
     out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
     if len_k == 0:
         return out
-    rows = max(1, REFERENCE_BYTES // (8 * batch * heads * len_k))
     keys = torch.arange(len_k, device=q.device)
-    for r0 in range(0, len_q, rows):
-        r1 = min(len_q, r0 + rows)
-        s = torch.matmul(q[:, :, r0:r1].double(), k64.transpose(-1, -2)) * scale
-        if causal:
-            limit = torch.arange(r0, r1, device=q.device)[:, None] + (len_k - len_q)
-            s.masked_fill_(keys[None, :] > limit, float("-inf"))
-        seen = torch.isfinite(s).any(-1, keepdim=True)
-        p = torch.softmax(s.masked_fill(~seen, 0.0), dim=-1) * seen
-        out[:, :, r0:r1] = torch.matmul(p, v64)
+    kv_per_chunk = max(1, REFERENCE_BYTES // (2 * 8 * len_k * 128))  # float64 K and V of these heads
+    for b in range(batch):
+        for h0 in range(0, kv_heads, kv_per_chunk):
+            h1 = min(kv_heads, h0 + kv_per_chunk)
+            k64, v64 = k[b, h0:h1].double(), v[b, h0:h1].double()  # [kv, Lk, 128]
+            qs = q[b, h0 * group:h1 * group].view(h1 - h0, group, len_q, 128)
+            rows = max(1, REFERENCE_BYTES // (8 * (h1 - h0) * group * len_k))
+            for r0 in range(0, len_q, rows):
+                r1 = min(len_q, r0 + rows)
+                s = torch.matmul(qs[:, :, r0:r1].double(), k64.transpose(-1, -2)[:, None]) * scale
+                if causal:
+                    limit = torch.arange(r0, r1, device=q.device)[:, None] + (len_k - len_q)
+                    s.masked_fill_(keys[None, :] > limit, float("-inf"))
+                seen = torch.isfinite(s).any(-1, keepdim=True)
+                p = torch.softmax(s.masked_fill(~seen, 0.0), dim=-1) * seen
+                out[b, h0 * group:h1 * group, r0:r1] = torch.matmul(p, v64[:, None]).reshape(-1, r1 - r0, 128)
     return out
 
 

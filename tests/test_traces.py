@@ -30,6 +30,7 @@ def _buffers(steps=12, tiles=2, warps=3, capacity=256, base=(1 << 32) - 5000, mh
         row[:] = [ev[name], (tile << 16) | (kv & 0xFFFF), t0 & 0xFFFFFFFF, t1 & 0xFFFFFFFF]
         counts[warp] += 1
 
+    put(0, "load_q", 1, -1, t, t)  # the producer loads the second tile's Q at once: not the boundary
     for tile in range(tiles):
         for kv in range(steps):
             put(0, "load_k", tile, kv, t, t)
@@ -59,7 +60,9 @@ def test_device_buffers_decode_into_a_valid_record(tmp_path):
     assert rec["per_step_ns"] == 500.0  # 1000 cycles at 2 GHz
     assert rec["roles"] == ["producer", "consumer", "consumer"]
     assert rec["overhead"]["pct"] == 2.5
-    assert rec["recorded"] == 2 * 12 * 5 + 4
+    assert rec["recorded"] == 2 * 12 * 5 + 4 + 1
+    boundary = 12 * 1000 + 400  # cycles: the second tile's first step, after the first tile and its epilogue
+    assert rec["window"]["start_ns"] == pytest.approx((boundary + 110 - 5 * 1000) / 2, abs=1)
     tiles = {e[3] for e in rec["events"]}
     assert tiles == {0, 1}, "the window holds the tile boundary"
     length = rec["window"]["end_ns"] - rec["window"]["start_ns"]
