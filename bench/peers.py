@@ -83,8 +83,15 @@ class Sdpa(Arm):
         backend, sdpa_kernel = self.backend, self.sdpa_kernel
         if self.layout == "bshd":  # BSHD storage, seen as BHSD: what a model with BSHD tensors passes
             q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
-        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-        return Launch(fn=lambda: sdpa(q, k, v, is_causal=causal, scale=scale, **gqa),
+        extra = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+        if causal and q.shape[2] != k.shape[2]:
+            # SDPA's is_causal is aligned top-left; the stages (and FlashAttention) align bottom-right:
+            # the same function needs the lower-right causal bias
+            from torch.nn.attention.bias import causal_lower_right
+
+            extra["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
+            causal = False
+        return Launch(fn=lambda: sdpa(q, k, v, is_causal=causal, scale=scale, **extra),
                       context=lambda: sdpa_kernel([backend]))
 
 

@@ -94,6 +94,17 @@ def test_grouped_query_and_bshd_shapes_reach_the_peers_as_models_pass_them():
     assert torch.allclose(launch.fn(), out, atol=1e-6)
 
 
+def test_sdpa_peers_get_the_bottom_right_causal_mask_when_lengths_differ():
+    """SDPA's is_causal is top-left; with Lq < Lk the stages' (bottom-right) function needs the bias."""
+    torch = pytest.importorskip("torch")
+    efficient = peers.make_peers(torch, ["efficient"])[0]
+    q, kv = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 7, 8)
+    got = efficient.prepare(q, kv, kv, True, 0.5).fn()
+    mask = torch.arange(7)[None, :] <= torch.arange(3)[:, None] + 4  # query i sees keys j <= i + Lk - Lq
+    want = torch.nn.functional.scaled_dot_product_attention(q, kv, kv, attn_mask=mask, scale=0.5)
+    assert torch.allclose(got, want, atol=1e-6)
+
+
 def test_sdpa_peer_runs_in_bhsd_under_its_backend_context():
     torch = pytest.importorskip("torch")
     fa2, efficient = peers.make_peers(torch, ["fa2", "efficient"])
