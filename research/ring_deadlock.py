@@ -18,7 +18,7 @@ stays one step behind K across tiles, as before.)
     python research/ring_deadlock.py            # the old order: finds deadlocks
     python research/ring_deadlock.py --fixed    # today's order: none in any of the sequences
 
-Stage 18's and 19's notes ("The deadlock, and why the fix holds") rely on it; tests/test_research.py runs both.
+Stage 18's and 19's notes ("The deadlock, and why the fix holds") rely on it; tests/test_research_scripts.py runs both.
 """
 
 from __future__ import annotations
