@@ -72,8 +72,8 @@ def hopattn_kernel(stage: int | None = None) -> Kernel:
         return api.attention(q, k, v, causal=causal, scale=scale, stage=number, layout=layout)
 
     return Kernel(name="hopattn", label=f"hopattn stage {spec.id}", call=call, head_dims=(spec.head_dim,),
-                  gqa=bool(getattr(spec, "gqa", False)), causal=spec.causal, layouts=tuple(spec.layouts),
-                  strided="bshd" in spec.layouts)
+                  gqa=spec.gqa, causal=spec.causal, layouts=tuple(spec.layouts), strided=spec.strided,
+                  bshd_packed_heads=not spec.strided)  # the strided stages read any head stride too
 
 
 def reference_attention(q, k, v, *, causal=False, scale=None, layout="bhsd", gqa=True):
@@ -84,10 +84,7 @@ def reference_attention(q, k, v, *, causal=False, scale=None, layout="bhsd", gqa
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
-    if layout == "bshd":
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if t.stride(2) != t.shape[3] or t.stride(3) != 1:
-                raise ValueError(f"{name}: expected BSHD with the heads of a row packed, got strides {t.stride()}")
+    if layout == "bshd":  # any strides with a contiguous head dim, as the strided stages read them
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4 or t.stride(-1) != 1:
