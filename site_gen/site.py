@@ -24,9 +24,8 @@ from .benchmark_section import section as benchmark
 from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
 from .compiler_section import section as compiler
-from .diagrams import Diagram, concept_diagrams, diagram, stage_diagrams
+from .diagrams import Diagram, concept_diagrams, diagram, stage_diagrams, timeline_section
 from .diagrams import section as diagrams
-from .diagrams import timeline_section
 from .diff_section import section as diff
 from .pages import gallery, overview, stage
 

@@ -59,9 +59,8 @@ def measured_window(stage, before: int, after: int | None) -> Window:
         return Window(tuple(slots), 0.0, max(s.end for s in slots), None, max(before, 1))
     n = max(before, after, 1)
     slots = schedule.simulate(stage, n, 2)
-    loop = [s for s in slots if s.op.kind not in schedule.ONCE]
-    first = n - before  # the first iteration the window shows
-    start = min(s.start for s in loop if s.it == first)
+    first = n - before  # the first iteration the window shows, from its first QKᵀ (the trace counts steps so)
+    start = min(s.start for s in slots if s.it == first and s.op.kind == "qk")
     end = max(s.end for s in slots if s.it <= n + after - 1)
     kept = [s for s in slots if s.end > start and s.start < end]
     return Window(tuple(kept), start, end, _tile_start(slots, 1), before + after)
@@ -92,7 +91,8 @@ def model_window_diagram(stage, win: Window, span_s: float, did: str) -> Diagram
 
 def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -> Diagram:
     slots = list(win.slots)
-    iters, tiles = iterations_for(stage)
+    iters = iterations_for(stage)[0]
+    tiles = len({s.tile for s in slots})
     per_tile = max(s.it for s in slots if s.tile == 0) + 1 if any(s.tile == 0 for s in slots) else iters
     pred = schedule.predict(stage)
     scale = (X1 - X0) / span

@@ -55,10 +55,10 @@ def step_comparison(stage, record: dict) -> StepComparison | None:
     return StepComparison(record["per_step_ns"], pred.period * 1e9, record["overhead"]["pct"], pred.bound)
 
 
-def diagrams_for(stage, record: dict | None, causal_record: dict | None) -> list[Diagram]:
+def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: dict | None = None) -> list[Diagram]:
     """Per record (non-causal first): the measured timeline, its every-warp view and the model's
-    prediction for the same window; the model's own window when nothing is recorded. A pure
-    function of the spec and the records."""
+    prediction for the same window; the model's own window when nothing is recorded. ``prev``:
+    {causal: (previous stage's id, its record's stats)}. A pure function of the spec and records."""
     out = []
     for rec, suffix in ((record, ""), (causal_record, "-causal")):
         if rec is None:
@@ -66,7 +66,10 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None) -> list
         lay = trace_lanes.layout(rec)
         before, after = trace_lanes.steps(lay)
         win = measured_window(stage, before, after) if before else own_window(stage)
-        out += [trace_diagram(stage, rec, causal=bool(suffix)), trace_diagram(stage, rec, every_warp=True, causal=bool(suffix)),
+        causal = bool(suffix)
+        against = (prev or {}).get(causal)
+        out += [trace_diagram(stage, rec, causal=causal, prev=against),
+                trace_diagram(stage, rec, every_warp=True, causal=causal),
                 model_window_diagram(stage, win, lay.length * 1e-9, f"s{stage.id}-model{suffix}")]
     if not out:
         out.append(timeline_diagram(stage, None))
@@ -77,8 +80,9 @@ def stage_section(stage, prev, inp, site, cache) -> str:
     """The Markdown of ### Timeline: a heading (its anchor #timeline), the figures as a fragment.
     ``inp``: the site's inputs (traces, hashes); ``cache``: the site's DiskCache for the drawings."""
     record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
-    drawn = _drawn(stage, record, causal_record, cache)
-    prev_records = {c: inp.trace(prev, c) for c in (False, True)} if prev is not None else {}
+    prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
+    against = {c: (prev.id, r["stats"]) for c, r in prev_records.items() if r is not None}
+    drawn = _drawn(stage, record, causal_record, against, cache)
     by_id = {d.id: d for d in drawn}
     if record is None and causal_record is None:
         html = (_p("No trace of this stage is recorded yet: `python -m bench.trace` on a GPU writes one "
@@ -89,12 +93,11 @@ def stage_section(stage, prev, inp, site, cache) -> str:
     for rec, suffix in ((record, ""), (causal_record, "-causal")):
         if rec is None:
             continue
-        prev_rec = prev_records.get(rec["causal"]) or prev_records.get(False)
+        prev_rec = prev_records[rec["causal"]]
         body = [_stale(stage, rec, inp.trace_gpu),
                 _wide(figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2)),
                 _wide(figures([by_id[f"s{stage.id}-model{suffix}"]], site, depth=2)),
                 _comparison(stage, rec),
-                _changes(prev, rec, prev_rec),
                 _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
                         _wide(figures([by_id[f"s{stage.id}-trace{suffix}-warps"]], site, depth=2))),
                 _folded("Median time of each event" + (f", against stage {prev.id}" if prev_rec else ""),
@@ -115,13 +118,20 @@ def _folded(summary: str, html: str) -> str:
     return f'<details class="note"><summary>{esc(summary)}</summary>\n{html}\n</details>'
 
 
-def _drawn(stage, record, causal_record, cache) -> list[Diagram]:
+def _previous(inp, prev, causal: bool) -> dict | None:
+    """The previous stage's record to compare with: the same mask, else its non-causal one."""
+    if prev is None:
+        return None
+    return inp.trace(prev, causal) or inp.trace(prev, False)
+
+
+def _drawn(stage, record, causal_record, against, cache) -> list[Diagram]:
     """diagrams_for, through the disk cache: keyed by the spec and the records, and by this package's code."""
 
     def make():
-        return [dataclasses.asdict(d) for d in diagrams_for(stage, record, causal_record)]
+        return [dataclasses.asdict(d) for d in diagrams_for(stage, record, causal_record, against)]
 
-    parts = [stage.name, stage.spec_path.read_text(), record, causal_record]
+    parts = [stage.name, stage.spec_path.read_text(), record, causal_record, sorted(against.items())]
     drawn = cache.get("timelines", parts, make, code=[Path(__file__).parent, Path(lineage.__file__)],
                       libraries=["svgwrite"])
     return [Diagram(**d) for d in drawn]
@@ -200,26 +210,3 @@ def _event_table(prev, record: dict, prev_record: dict | None) -> str:
     return (f"<p>The median duration of each event over all {record['recorded']} events recorded on the SM "
             f"({mask}{against}):</p>\n<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows)
             + "\n</tbody>\n</table>")
-
-
-def _changes(prev, record: dict, prev_record: dict | None, shown: int = 3) -> str:
-    """The events whose median duration moved most against the previous stage, in one sentence."""
-    if prev_record is None:
-        return ""
-    moved, new = [], []
-    for event in traces.EVENTS:
-        mine, theirs = record["stats"].get(event), prev_record["stats"].get(event)
-        if mine and not theirs:
-            new.append(NAME[event])
-        elif mine and theirs and theirs["median_ns"] >= 20 and mine["median_ns"] >= 1:
-            ratio = mine["median_ns"] / theirs["median_ns"]
-            if abs(ratio - 1) > 0.2:  # moved by a fifth or more; the largest moves in time first
-                moved.append((abs(mine["median_ns"] - theirs["median_ns"]), event, ratio, mine["median_ns"],
-                              theirs["median_ns"]))
-    moved.sort(reverse=True)
-    parts = [f"{NAME[e]} {fmt_ns(m)} ({ratio:.2f}× stage {prev.id}'s {fmt_ns(t)})" for _, e, ratio, m, t in moved[:shown]]
-    if new:
-        parts.append("new: " + ", ".join(new))
-    if not parts:
-        return _p(f"Against stage {prev.id}: no event's median duration moved by more than 20 %.")
-    return _p(f"**Against stage {prev.id}** (median durations): " + "; ".join(parts) + ".")

@@ -248,3 +248,20 @@ def steps(lay: Layout) -> tuple[int, int | None]:
     if any(b.row == 0 for b in lay.boundaries) and len(order) >= 2:
         return len(groups[order[0]]), len(groups[order[1]])
     return (len(groups[order[0]]) if order else 0), None
+
+
+def moved_events(stats: dict, prev_stats: dict, shown: int = 3) -> tuple[list[tuple[str, float, float]], list[str]]:
+    """Against the previous stage's record: the events whose median duration moved by a fifth or
+    more, the largest moves in time first, as (event, median ns, previous median ns); and the
+    events the previous stage did not record."""
+    moved, new = [], []
+    for event in sorted(stats):
+        mine, theirs = stats[event], prev_stats.get(event)
+        if theirs is None:
+            new.append(event)
+        elif theirs["median_ns"] >= 20 and mine["median_ns"] >= 1:
+            ratio = mine["median_ns"] / theirs["median_ns"]
+            if abs(ratio - 1) > 0.2:
+                moved.append((abs(mine["median_ns"] - theirs["median_ns"]), event, mine["median_ns"], theirs["median_ns"]))
+    moved.sort(key=lambda m: (-m[0], m[1]))
+    return [(e, m, t) for _, e, m, t in moved[:shown]], new

@@ -58,7 +58,10 @@ def lane_label(lane) -> tuple[str, str]:
     return trace_lanes.role_label(lane.role), f"warp {lane.warp}{of}"
 
 
-def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool = False) -> Diagram:
+def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool = False,
+                  prev: tuple[str, dict] | None = None) -> Diagram:
+    """``prev``: (the previous stage's id, its record's per-event stats), for a strip that sets the
+    events that changed most against it."""
     lay = trace_lanes.layout(record, every_warp)
     zoom = trace_lanes.zoom(lay, record.get("per_step_ns"))
     suffix = ("-causal" if causal else "") + ("-warps" if every_warp else "")
@@ -83,7 +86,10 @@ def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool
         y = _panel(c, hatch, lay, "zoom", zoom[0], zoom[1], y + 34, wgmma)
     rows = _legend_rows(_legend_items(lay, wgmma))
     _legend(c, hatch, rows, y + 24)
-    c.height = int(y + 24 + 22 * len(rows))
+    y += 24 + 22 * len(rows)
+    if prev is not None:
+        y = _against(c, hatch, record["stats"], prev, y + 14, wgmma)
+    c.height = int(y)
     cap = _caption(stage, record, lay, every_warp, wgmma)
     return Diagram(did, title, "trace", stage.number, c.tostring(), cap, W, c.height)
 
@@ -102,7 +108,7 @@ def _panel(c: Canvas, hatch, lay, name: str, t0: float, t1: float, y: float, wgm
             where = f"CTA place {r + 1} of {len(lay.rows)} on the SM" if multi else "The SM's CTA"
             c.text(12, y + 14, f"{where}: {blocks}" if name == "all" else where, size=FONT, weight="600",
                    parent=panel)
-            y += 20
+            y += 26
         if any(b.row == r and t0 <= b.t <= t1 for b in lay.boundaries):
             y += 18
         for ln in (x for x in lay.lanes if x.row == r):
@@ -250,6 +256,34 @@ def _span(c: Canvas, g, s, sy: float, t0: float, scale: float, t1: float, who: s
     el = c.rect(x, y + 0.5, w, SPAN_H - 1, fill=key, stroke=None, rx=1, opacity=0.75, parent=g)
     el.set_desc(title=f"{who} — {NAME[s.gemm]} in flight · {_where(s.tile, s.kv)} · issued at {s.start / 1000:.3f} µs, "
                       f"retired by {s.end / 1000:.3f} µs ({fmt_ns(s.end - s.start)})")
+
+
+def _against(c: Canvas, hatch, stats: dict, prev: tuple[str, dict], y: float, wgmma: bool) -> float:
+    """The events whose median duration moved most against the previous stage: a solid bar for
+    this stage over an outlined one for the previous, on one scale per event; returns the y below."""
+    pid, prev_stats = prev
+    moved, new = trace_lanes.moved_events(stats, prev_stats)
+    c.text(12, y, f"Against stage {pid}: the median durations that moved most (every event recorded on the SM)",
+           size=13, weight="600")
+    y += 10
+    width = 380
+    for event, mine, theirs in moved:
+        key = COLOUR[event]
+        top = max(mine, theirs)
+        c.text(12, y + 17, _issue(event, wgmma), size=FONT)
+        c.rect(X0, y + 4, width * mine / top, 10, fill=key, stroke=None, rx=1)
+        c.rect(X0, y + 16, width * theirs / top, 10, fill="bg", stroke=key, sw=1.2, rx=1, dash="3 2")
+        c.text(X0 + width + 10, y + 17, f"{fmt_ns(mine)} · stage {pid}: {fmt_ns(theirs)} ({mine / theirs:.2f}×)",
+               size=FONT)
+        y += 32
+    if new:
+        c.text(12, y + 14, f"New in this stage: {', '.join(_issue(e, wgmma) for e in new)}", size=FONT)
+        y += 22
+    if not moved and not new:
+        c.text(12, y + 14, "No event's median duration moved by more than a fifth.", size=FONT, fill="muted")
+        y += 22
+    c.text(12, y + 14, f"solid: this stage · dashed outline: stage {pid}", size=FONT, fill="muted")
+    return y + 26
 
 
 def _legend_items(lay, wgmma: bool) -> list[tuple[str, str, str]]:
