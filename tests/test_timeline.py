@@ -190,3 +190,13 @@ def test_diagrams_for_a_stage_with_both_masks():
     assert [d.id for d in ds] == ["s17-trace", "s17-trace-warps", "s17-model",
                                   "s17-trace-causal", "s17-trace-causal-warps", "s17-model-causal"]
     assert [d.id for d in diagrams_for(STAGES["17"], None, None)] == ["s17-timeline"]
+
+
+def test_the_figure_sets_the_events_that_changed_against_the_previous_stage():
+    d = trace_diagram(STAGES["19"], RECORDS[("19", False)], prev=("18", RECORDS[("18", False)]["stats"]))
+    body = " ".join(t.text for t in ET.fromstring(d.svg).iter(SVG + "text"))
+    assert "Against stage 18" in body and "S = QKᵀ (issue)" in body
+    mine, theirs = (r[("qk")]["median_ns"] for r in (RECORDS[("19", False)]["stats"], RECORDS[("18", False)]["stats"]))
+    assert f"({mine / theirs:.2f}×)" in body
+    d = trace_diagram(STAGES["12"], RECORDS[("12", False)], prev=("11", RECORDS[("11", False)]["stats"]))
+    assert "New in this stage: wait for its turn" in " ".join(t.text for t in ET.fromstring(d.svg).iter(SVG + "text"))

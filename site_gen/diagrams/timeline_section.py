@@ -81,7 +81,9 @@ def stage_section(stage, prev, inp, site, cache) -> str:
     ``inp``: the site's inputs (traces, hashes); ``cache``: the site's DiskCache for the drawings."""
     record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
     prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
-    against = {c: (prev.id, r["stats"]) for c, r in prev_records.items() if r is not None}
+    # the previous stage's trace of the same mask, else its non-causal one (named so in the figure)
+    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", r["stats"])
+               for c, r in prev_records.items() if r is not None}
     drawn = _drawn(stage, record, causal_record, against, cache)
     by_id = {d.id: d for d in drawn}
     if record is None and causal_record is None:

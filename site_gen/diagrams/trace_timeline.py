@@ -60,8 +60,8 @@ def lane_label(lane) -> tuple[str, str]:
 
 def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool = False,
                   prev: tuple[str, dict] | None = None) -> Diagram:
-    """``prev``: (the previous stage's id, its record's per-event stats), for a strip that sets the
-    events that changed most against it."""
+    """``prev``: (the previous stage's name in the text, e.g. "16" or "16, non-causal"; its record's
+    per-event stats), for a strip that sets the events that changed most against it."""
     lay = trace_lanes.layout(record, every_warp)
     zoom = trace_lanes.zoom(lay, record.get("per_step_ns"))
     suffix = ("-causal" if causal else "") + ("-warps" if every_warp else "")
