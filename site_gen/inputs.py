@@ -1,16 +1,16 @@
 """Everything the site is made from, read and validated before anything is rendered: the lineage
-(kernels/attention), the benchmark results (bench/results) and the compiler facts
-(kernels/compiler_facts). Bad input fails here, naming the file and the field, and the previous
-site stays as it was.
+(kernels/attention), the benchmark results (bench/results), the per-warp trace records
+(bench/results/traces/<gpu>/) and the compiler facts (kernels/compiler_facts). Bad input fails
+here, naming the file and the field, and the previous site stays as it was.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hopattn import lineage
-from hopattn.records import compiler_facts, results
+from hopattn.records import compiler_facts, results, traces
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,18 @@ class Inputs:
     hashes: dict[str, str]  # stage id -> its source hash now
     results: list[results.GpuResults]  # the GPU with the most measured stages first
     facts: dict[str, tuple[dict | None, str | None]]  # stage name -> (usable facts or None, problem or None)
+    traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # GPU slug -> {(stage id, causal): record}
+
+    @property
+    def trace_gpu(self) -> str | None:
+        """The GPU whose traces the pages draw: the main results' GPU when it has any, else the first."""
+        if self.results and self.results[0].gpu in self.traces:
+            return self.results[0].gpu
+        return next(iter(sorted(self.traces)), None)
+
+    def trace(self, stage: lineage.Stage, causal: bool) -> dict | None:
+        """The stage's trace record on the trace GPU (None: not recorded)."""
+        return self.traces.get(self.trace_gpu, {}).get((stage.id, causal))
 
     def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
         return self.facts[stage.name]
@@ -37,9 +49,17 @@ def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
     return facts, problem
 
 
+def _traces(folder: Path) -> dict[str, dict[tuple[str, bool], dict]]:
+    """Every GPU's trace records (a bad record fails the build, naming the file and the field)."""
+    if not folder.is_dir():
+        return {}
+    return {gpu.name: traces.load_all(gpu) for gpu in sorted(folder.iterdir()) if gpu.is_dir()}
+
+
 def load(root: Path) -> Inputs:
     root = Path(root).resolve()
     stages = lineage.discover(root / "kernels" / "attention")
     return Inputs(root=root, stages=stages, hashes={s.id: s.source_hash() for s in stages},
                   results=results.load_indexed(root / "bench" / "results"),
-                  facts={s.name: _facts(s) for s in stages})
+                  facts={s.name: _facts(s) for s in stages},
+                  traces=_traces(root / "bench" / "results" / "traces"))

@@ -19,12 +19,12 @@ from pathlib import Path
 from hopattn import lineage
 
 from . import fragments, inputs
-from .benchmark_section import chart, tables
+from .benchmark_section import chart, model_vs_measured, tables
 from .benchmark_section import section as benchmark
 from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
 from .compiler_section import section as compiler
-from .diagrams import Diagram, concept_diagrams, diagram, stage_diagrams
+from .diagrams import Diagram, concept_diagrams, diagram, stage_diagrams, timeline_section
 from .diagrams import section as diagrams
 from .diff_section import section as diff
 from .pages import gallery, overview, stage
@@ -87,7 +87,9 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
         with naming(f"the diagrams of stage {s.name}", s.spec_path, root):
             mine = _diagrams(s, stages, specs, cache)
             every_diagram += mine
-            diagrams_md = diagrams.stage_section(s, mine, site)
+            diagrams_md = diagrams.stage_section(s, [d for d in mine if d.kind != "timeline"], site)
+        with naming(f"the timeline of stage {s.name}", root / "bench" / "results" / "traces", root):
+            diagrams_md += timeline_section.stage_section(s, prev, inp, site, cache)  # measured + model
         with naming(f"the diff of stage {s.name}", s.kernel_path, root):
             diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache))
         with naming(f"the compiler section of stage {s.name}", s.kernel_path, root):
@@ -138,6 +140,7 @@ def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
         environment_md="\n".join(f"**{n.gpu_name}** (`bench/results/{n.gpu}.json`)\n\n"
                                  + tables.environment(n, inp.hashes) for n in inp.results),
         compiler_md=compiler_overview.overview_table(inp.stages, inp.facts_of),
+        model_md=model_vs_measured.overview_section(inp, site),
         gpu_name=main.gpu_name if main else None,
         reading_guide=next((n for n in ("reading-guide.md", "reading_guide.md") if (docs / n).is_file()), None))
 

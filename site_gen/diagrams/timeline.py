@@ -1,14 +1,21 @@
-"""Tensor-core pipeline timeline: a Gantt chart of a few KV iterations from the schedule model."""
+"""Tensor-core pipeline timeline: a Gantt chart of a few KV iterations from the schedule model.
+
+timeline_diagram draws the model's own window (the gallery's picture); model_window_diagram draws
+the model's prediction for the window of a measured trace (the same K/V steps, around the same
+kind of tile boundary) on a given time scale, so it can sit under the measured timeline and the
+two compare by length.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from . import facts, rates, schedule
 from .diagram import Diagram
 from .svg import Canvas, fmt_us, text_width
 
 W = 860
-LABEL_W = 150
-X0, X1 = 166, 846
+X0, X1 = 196, 846  # the measured timeline's too (trace_timeline.py): stacked, the axes line up
 LANE_H, LANE_GAP = 34, 8
 KIND_COLOUR = {"load_k": "k", "load_v": "v", "load_kv": "k", "load_q": "q", "qk": "s", "softmax": "p",
                "pv": "o", "store_o": "o"}
@@ -24,91 +31,152 @@ def iterations_for(stage) -> tuple[int, int]:
     return (3, 2) if facts.persistent(stage) else (4, 1)
 
 
-def timeline_diagram(stage, stages) -> Diagram:
-    did = f"s{stage.id}-timeline"
+@dataclass(frozen=True)
+class Window:
+    """What part of the model's run to draw: slots overlapping [start, end] (seconds), and where the
+    second output tile starts (None: no boundary in the window)."""
+
+    slots: tuple
+    start: float
+    end: float
+    boundary: float | None
+    steps: int
+
+
+def own_window(stage) -> Window:
     iters, tiles = iterations_for(stage)
     slots = schedule.simulate(stage, iters, tiles)
-    pred = schedule.predict(stage)
-    end = max(s.end for s in slots)
-    scale = (X1 - X0) / end
+    return Window(tuple(slots), 0.0, max(s.end for s in slots), _tile_start(slots, 1) if tiles > 1 else None,
+                  iters * tiles)
+
+
+def measured_window(stage, before: int, after: int | None) -> Window:
+    """The model's run over the K/V steps a trace window holds: ``before`` steps of one output tile
+    and ``after`` of the next (a boundary window), or, with ``after`` None, the prologue and the
+    first ``before`` steps of the first tile."""
+    if after is None:
+        slots = schedule.simulate(stage, max(before, 1), 1)
+        return Window(tuple(slots), 0.0, max(s.end for s in slots), None, max(before, 1))
+    n = max(before, after, 1)
+    slots = schedule.simulate(stage, n, 2)
+    first = n - before  # the first iteration the window shows, from its first QKᵀ (the trace counts steps so)
+    start = min(s.start for s in slots if s.it == first and s.op.kind == "qk")
+    end = max(s.end for s in slots if s.it <= n + after - 1)
+    kept = [s for s in slots if s.end > start and s.start < end]
+    return Window(tuple(kept), start, end, _tile_start(slots, 1), before + after)
+
+
+def _tile_start(slots, tile: int) -> float:
+    """The model's start of an output tile: the first op of it in the role that runs QKᵀ (a
+    producer prefetches the next tile's Q early), as the measured timeline marks it."""
+    qk_roles = {s.op.role for s in slots if s.op.kind == "qk"}
+    return min(s.start for s in slots if s.tile == tile and s.op.role in qk_roles)
+
+
+def timeline_diagram(stage, stages) -> Diagram:
+    """The model's own window (3 iterations of two tiles when persistent, else 4 of one)."""
+    win = own_window(stage)
     title = f"Stage {stage.id} pipeline timeline"
+    heading = f"{stage.id} · {stage.title}: {win.steps} KV iterations on one SM"
+    return _draw(stage, win, f"s{stage.id}-timeline", title, heading, win.end - win.start)
+
+
+def model_window_diagram(stage, win: Window, span_s: float, did: str) -> Diagram:
+    """The model's prediction for a measured window, drawn over ``span_s`` seconds of axis (the
+    measured window's length, or the model's when that is longer)."""
+    title = f"Stage {stage.id} predicted timeline (schedule model)"
+    heading = f"{stage.id} · {stage.title}: the model's prediction for the same {win.steps} K/V steps, same time scale"
+    return _draw(stage, win, did, title, heading, max(span_s, win.end - win.start))
+
+
+def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -> Diagram:
+    slots = list(win.slots)
+    iters = iterations_for(stage)[0]
+    tiles = len({s.tile for s in slots})
+    per_tile = max(s.it for s in slots if s.tile == 0) + 1 if any(s.tile == 0 for s in slots) else iters
+    pred = schedule.predict(stage)
+    scale = (X1 - X0) / span
     unit_name = schedule.UNIT_LABEL
-    desc = (f"Gantt chart of {iters * tiles} KV iterations"
-            f"{' over two output tiles' if tiles > 1 else ''} of stage {stage.id} on one H200 SM, one lane "
-            f"per unit, as placed by the schedule model. Predicted {fmt_us(pred.period)} per iteration; "
-            f"bound by {unit_name[pred.bound]}.")
-    top = 40
+    desc = (f"Gantt chart of {win.steps} KV iterations"
+            f"{' around an output-tile boundary' if win.boundary is not None else ''} of stage {stage.id} on one "
+            f"H200 SM, one lane per unit, as placed by the schedule model. Predicted {fmt_us(pred.period)} per "
+            f"iteration; bound by {unit_name[pred.bound]}.")
+    top = 44
     lanes_h = len(schedule.UNITS) * (LANE_H + LANE_GAP)
-    height = top + lanes_h + 30 + 24 + 22 * 3 + 36
+    height = top + lanes_h + 30 + 28 + 24 * 3 + 40
     c = Canvas(did, W, height, title, desc)
-    c.text(14, 22, f"{stage.id} · {stage.title}: {iters * tiles} KV iterations on one SM", size=14, weight="600")
+    c.text(12, 22, heading, size=14, weight="600")
 
     lane_y = {u: top + i * (LANE_H + LANE_GAP) for i, u in enumerate(schedule.UNITS)}
     for u, y in lane_y.items():
         c.rect(X0, y, X1 - X0, LANE_H, fill="panel", stroke="grid", rx=3)
-        c.text(14, y + LANE_H / 2 + 4, unit_name[u], size=12)
+        c.text(12, y + LANE_H / 2 + 5, unit_name[u], size=13)
 
-    # Tile boundaries of a persistent kernel.
-    if tiles > 1:
-        for t in range(1, tiles):
-            first = min(s.start for s in slots if s.tile == t)
-            x = X0 + first * scale
-            c.line(x, top - 6, x, top + lanes_h - LANE_GAP + 4, stroke="muted", dash="4 3")
-            c.text(x + 4, top - 8, f"tile {t + 1} starts", size=10, fill="muted")
+    def xof(t: float) -> float:
+        return X0 + (t - win.start) * scale
+
+    if win.boundary is not None:
+        x = xof(win.boundary)
+        c.line(x, top - 6, x, top + lanes_h - LANE_GAP + 4, stroke="fg", sw=1.5, dash="5 3")
+        label = "output tile 2 starts"
+        right = x + text_width(label, 12.5) + 6 > X1
+        c.text(x - 4 if right else x + 4, top - 8, label, size=13, weight="600", anchor="end" if right else "start")
 
     g = c.group("bars")
     for s in slots:
         y = lane_y[s.op.unit]
-        x, w = X0 + s.start * scale, max(s.end - s.start, 0) * scale
+        a, b = max(s.start, win.start), min(s.end, win.end)
+        x, w = xof(a), max(b - a, 0) * scale
         fill = KIND_COLOUR.get(s.op.kind, "stroke")
-        c.rect(x, y + 3, w, LANE_H - 6, fill=fill, stroke="bg", sw=1, rx=2,
-               opacity=0.95 if s.it % 2 == 0 else 0.7, parent=g)
-        it = s.it % iters
+        bar = c.rect(x, y + 3, w, LANE_H - 6, fill=fill, stroke="bg", sw=1, rx=2,
+                     opacity=0.95 if s.it % 2 == 0 else 0.7, parent=g)
+        it = s.it % per_tile
         once = s.op.kind in schedule.ONCE
+        bar.set_desc(title=f"{s.op.name} ({s.op.role}, {s.op.engine}) · output tile {s.tile + 1}"
+                           f"{'' if once else f' · K/V step {it}'} · {(s.start - win.start) * 1e6:.3f} µs, "
+                           f"lasts {(s.end - s.start) * 1e9:.0f} ns")
         name = s.op.name if not once or tiles == 1 else f"{s.op.name} t{s.tile + 1}"
-        if text_width(f"{name} {it}", 10.5) > w - 4:
+        if text_width(f"{name} {it}", 13) > w - 4:
             name = name.replace("softmax", "sm").replace("load_", "")
         one = name if once else f"{name} {it}"
         cx, cy = x + w / 2, y + LANE_H / 2
-        if text_width(one, 10.5) <= w - 8:
-            c.text(cx, cy + 4, one, size=10.5, anchor="middle", fill="bg", weight="600", parent=g)
-        elif not once and text_width(name, 9.5) <= w - 6:
-            c.text(cx, cy - 1.5, name, size=9.5, anchor="middle", fill="bg", weight="600", parent=g)
-            c.text(cx, cy + 9.5, f"#{it}", size=9, anchor="middle", fill="bg", parent=g)
-        elif text_width(f"{it}", 10) <= w - 5:
+        if text_width(one, 13) <= w - 8:
+            c.text(cx, cy + 4.5, one, size=13, anchor="middle", fill="bg", weight="600", parent=g)
+        elif text_width(f"{it}", 13) <= w - 5:
             short = s.op.kind[-1].upper() if once else f"{it}"  # "Q" / "O" for the prologue/epilogue
-            c.text(cx, cy + 4, short, size=10, anchor="middle", fill="bg", weight="600", parent=g)
+            c.text(cx, cy + 4.5, short, size=13, anchor="middle", fill="bg", weight="600", parent=g)
 
     # Time axis.
     ay = top + lanes_h + 2
     c.line(X0, ay, X1, ay, stroke="stroke")
-    step = _tick(end)
-    for k in range(int(end / step + 1e-9) + 1):
+    step = tick_step(span)
+    for k in range(int(span / step + 1e-9) + 1):
         x = X0 + k * step * scale
         c.line(x, ay, x, ay + 4, stroke="stroke")
-        c.text(x, ay + 16, f"{round(k * step * 1e6, 2):g}", size=10, anchor="middle", fill="muted")
-    c.text(X1, ay + 30, "time on one SM (µs)", size=10, anchor="end", fill="muted")
+        c.text(x, ay + 18, f"{round(k * step * 1e6, 3):g}", size=13, anchor="middle", fill="muted")
+    c.text(X0 - 8, ay + 18, "µs", size=13, anchor="end", fill="muted")
+    c.text(X1, ay + 34, "time on one SM, as the model places the ops", size=13, anchor="end", fill="muted")
 
     # Prediction beside the chart: per-unit work per iteration and the bound.
-    y = ay + 46
-    c.text(14, y, f"Predicted {fmt_us(pred.period)} per KV iteration (steady state) · bound: "
+    y = ay + 56
+    c.text(12, y, f"Predicted {fmt_us(pred.period)} per KV iteration (steady state) · bound: "
                   f"{unit_name[pred.bound]}", size=13, weight="600")
     y += 8
     for i, u in enumerate(u for u in schedule.UNITS if u != "epilogue"):
-        yy = y + 8 + i * 22
+        yy = y + 8 + i * 24
         busy = pred.busy[u]
         util = pred.utilisation(u)
-        c.text(14, yy + 11, unit_name[u], size=11, fill="muted")
-        c.rect(X0, yy, (X1 - X0 - 250), 14, fill="panel", stroke="grid", rx=2)
-        c.rect(X0, yy, (X1 - X0 - 250) * min(util, 1.0), 14, fill=schedule_colour(u), stroke=None, rx=2)
-        c.text(X1 - 240, yy + 11, f"{fmt_us(busy)} of work per iteration · {util * 100:.0f}% busy", size=11)
+        c.text(12, yy + 12, unit_name[u], size=13, fill="muted")
+        c.rect(X0, yy, (X1 - X0 - 300), 14, fill="panel", stroke="grid", rx=2)
+        c.rect(X0, yy, (X1 - X0 - 300) * min(util, 1.0), 14, fill=schedule_colour(u), stroke=None, rx=2)
+        c.text(X1 - 290, yy + 12, f"{fmt_us(busy)} of work per iteration · {util * 100:.0f}% busy", size=13)
     kinds = {s.op.kind for s in slots}
     merged: dict[str, list[str]] = {}  # one swatch per colour
     for kind, col, label in LEGEND:
         if kind in kinds:
             merged.setdefault(col, []).append(label)
     items = [(col, " / ".join(labels)) for col, labels in merged.items()]
-    c.legend(14, height - 10, items, size=11)
+    c.legend(12, height - 12, items, size=13)
     cap = (f"Placed by the schedule model (site_gen/diagrams/schedule.py) from stage {stage.id}'s "
            f"`[[schedule]]`: ops in program order per role, asynchronous copies prefetched as their "
            f"`after` dependencies allow, one op at a time per unit. Rates: {rates.ASSUMPTIONS}. "
@@ -121,10 +189,10 @@ def schedule_colour(unit: str) -> str:
     return {"load": "load", "tensor": "tensor", "softmax": "softmax", "epilogue": "epilogue"}[unit]
 
 
-def _tick(end: float) -> float:
-    """A round tick step (in seconds) giving 5-10 ticks."""
+def tick_step(end: float) -> float:
+    """A round tick step (in seconds) giving 5-10 ticks over ``end`` seconds."""
     us = end * 1e6
-    for step in (0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 50):
+    for step in (0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100):
         if us / step <= 10:
             return step * 1e-6
-    return 100e-6
+    return 200e-6

@@ -27,7 +27,7 @@ The [gallery](gallery.md) shows every diagram in one place.{more}
 
 
 def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: str, compiler_md: str,
-               gpu_name: str | None, reading_guide: str | None = None) -> str:
+               gpu_name: str | None, reading_guide: str | None = None, model_md: str = "") -> str:
     parts = [
         "# hopattn: attention on Hopper, one change at a time\n",
         GENERATED,
@@ -47,6 +47,8 @@ def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: st
         parts.append(chart + "\n")
     else:
         parts.append("The chart appears once there are measurements.\n")
+    if model_md:  # site_gen/benchmark_section/model_vs_measured.py
+        parts += ["## The model against the GPU {#model}\n", model_md]
     parts.append("## Where the numbers come from {#environment}\n")
     parts.append(environment_md or "No benchmark runs recorded yet.\n")
     parts.append("## How to read a stage page {#reading-guide}\n")

@@ -1,0 +1,214 @@
+"""The timeline part of a stage page's #diagrams section: what the GPU did (the committed trace
+records, non-causal and, where recorded, causal, in tabs), the schedule model's prediction for the
+same window under it, and the two set against each other in words: time per K/V step, the traced
+build's overhead, and a flag when the trace is older than the stage's sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopattn import lineage
+from hopattn.records import traces
+
+from ..html import esc, inline_markdown, tabbed
+from . import schedule, trace_lanes
+from .diagram import Diagram
+from .section import figures
+from .timeline import measured_window, model_window_diagram, own_window, timeline_diagram
+from .trace_timeline import NAME, fmt_ns, trace_diagram
+
+MIN_WIDTH = 820  # px: at the smallest font of the timelines (13), text stays 12 px or more
+DISAGREE = 0.15  # measured and predicted time per K/V step further apart than this: the page says so
+STALE = '<span class="hd-stale" title="recorded on older sources of this stage">stale</span>'
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """A stage's time per K/V step: measured in its trace (traced build) and predicted by the model."""
+
+    measured_ns: float
+    predicted_ns: float
+    overhead_pct: float
+    bound: str
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_ns / self.predicted_ns
+
+    @property
+    def untraced_ns(self) -> float:
+        """The measured step with the traced build's overhead on the kernel's time taken out."""
+        return self.measured_ns / (1 + self.overhead_pct / 100)
+
+    @property
+    def disagree(self) -> bool:
+        return abs(self.ratio - 1) > DISAGREE
+
+
+def step_comparison(stage, record: dict) -> StepComparison | None:
+    if not record.get("per_step_ns"):
+        return None
+    pred = schedule.predict(stage)
+    return StepComparison(record["per_step_ns"], pred.period * 1e9, record["overhead"]["pct"], pred.bound)
+
+
+def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: dict | None = None) -> list[Diagram]:
+    """Per record (non-causal first): the measured timeline, its every-warp view and the model's
+    prediction for the same window; the model's own window when nothing is recorded. ``prev``:
+    {causal: (previous stage's id, its record's stats)}. A pure function of the spec and records."""
+    out = []
+    for rec, suffix in ((record, ""), (causal_record, "-causal")):
+        if rec is None:
+            continue
+        lay = trace_lanes.layout(rec)
+        before, after = trace_lanes.steps(lay)
+        win = measured_window(stage, before, after) if before else own_window(stage)
+        causal = bool(suffix)
+        against = (prev or {}).get(causal)
+        out += [trace_diagram(stage, rec, causal=causal, prev=against),
+                trace_diagram(stage, rec, every_warp=True, causal=causal),
+                model_window_diagram(stage, win, lay.length * 1e-9, f"s{stage.id}-model{suffix}")]
+    if not out:
+        out.append(timeline_diagram(stage, None))
+    return out
+
+
+def stage_section(stage, prev, inp, site, cache) -> str:
+    """The Markdown of ### Timeline: a heading (its anchor #timeline), the figures as a fragment.
+    ``inp``: the site's inputs (traces, hashes); ``cache``: the site's DiskCache for the drawings."""
+    record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
+    prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
+    # the previous stage's trace of the same mask, else its non-causal one (named so in the figure)
+    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", r["stats"])
+               for c, r in prev_records.items() if r is not None}
+    drawn = _drawn(stage, record, causal_record, against, cache)
+    by_id = {d.id: d for d in drawn}
+    if record is None and causal_record is None:
+        html = (_p("No trace of this stage is recorded yet: `python -m bench.trace` on a GPU writes one "
+                   "(`bench/results/traces/<gpu>/<NN>.json`). Below, the schedule model's prediction alone.")
+                + figures([by_id[f"s{stage.id}-timeline"]], site, depth=2))
+        return _wrap(stage, site, html)
+    tabs = []
+    for rec, suffix in ((record, ""), (causal_record, "-causal")):
+        if rec is None:
+            continue
+        prev_rec = prev_records[rec["causal"]]
+        body = [_stale(stage, rec, inp.trace_gpu),
+                _wide(figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2)),
+                _wide(figures([by_id[f"s{stage.id}-model{suffix}"]], site, depth=2)),
+                _comparison(stage, rec),
+                _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
+                        _wide(figures([by_id[f"s{stage.id}-trace{suffix}-warps"]], site, depth=2))),
+                _folded("Median time of each event" + (f", against stage {prev.id}" if prev_rec else ""),
+                        _event_table(prev, rec, prev_rec))]
+        tabs.append((f"Measured, {'causal' if suffix else 'non-causal'}", "\n".join(b for b in body if b)))
+    return _wrap(stage, site, tabbed(f"timeline-{stage.id}", tabs) if len(tabs) > 1 else tabs[0][1])
+
+
+def _wide(html: str) -> str:
+    """A timeline keeps its text readable on a narrow screen: the picture scrolls sideways instead
+    of shrinking below MIN_WIDTH px."""
+    return html.replace('<div class="hd-figure-svg">',
+                        f'<div class="hd-figure-svg" style="overflow-x: auto"><div style="min-width: {MIN_WIDTH}px">',
+                        1).replace("</svg></div>", "</svg></div></div>", 1)
+
+
+def _folded(summary: str, html: str) -> str:
+    return f'<details class="note"><summary>{esc(summary)}</summary>\n{html}\n</details>'
+
+
+def _previous(inp, prev, causal: bool) -> dict | None:
+    """The previous stage's record to compare with: the same mask, else its non-causal one."""
+    if prev is None:
+        return None
+    return inp.trace(prev, causal) or inp.trace(prev, False)
+
+
+def _drawn(stage, record, causal_record, against, cache) -> list[Diagram]:
+    """diagrams_for, through the disk cache: keyed by the spec and the records, and by this package's code."""
+
+    def make():
+        return [dataclasses.asdict(d) for d in diagrams_for(stage, record, causal_record, against)]
+
+    parts = [stage.name, stage.spec_path.read_text(), record, causal_record, sorted(against.items())]
+    drawn = cache.get("timelines", parts, make, code=[Path(__file__).parent, Path(lineage.__file__)],
+                      libraries=["svgwrite"])
+    return [Diagram(**d) for d in drawn]
+
+
+def _wrap(stage, site, html: str) -> str:
+    return "### Timeline: measured and predicted {#timeline}\n\n" + site.add_fragment(f"timeline-{stage.name}", html)
+
+
+def _p(markdown: str) -> str:
+    return inline_markdown(markdown)
+
+
+def _stale(stage, record: dict, gpu: str | None) -> str:
+    if not traces.is_stale(record, stage):
+        return ""
+    name = f"bench/results/traces/{gpu}/{traces.record_name(stage.id, record['causal'])}"
+    return ('<div class="admonition warning"><p class="admonition-title">Stale trace</p>'
+            f"<p>{STALE} This trace was recorded on older sources of the stage (source hash "
+            f"<code>{esc(record['source_hash'])}</code>; the stage's is now <code>{esc(stage.source_hash())}</code>): "
+            f"what it shows is a kernel that no longer exists. Re-run <code>python -m bench.trace</code> on a GPU "
+            f"to refresh <code>{esc(name)}</code>.</p></div>")
+
+
+def _comparison(stage, record: dict) -> str:
+    cmp = step_comparison(stage, record)
+    over = record["overhead"]
+    slower = "slower" if over["pct"] >= 0 else "faster"
+    overhead = (f"The traced build ran **{abs(over['pct']):.1f} % {slower}** than the plain one "
+                f"({over['traced_ms']:.3f} ms against {over['plain_ms']:.3f} ms for the whole launch): the trace "
+                "shows the protocol and the relative durations, not exact times.")
+    if cmp is None:
+        return _p(f"This record has no time per K/V step. {overhead}")
+    lay = trace_lanes.layout(record)
+    verdict = (f"they **disagree**: the GPU took {cmp.ratio:.2f}× the model's time per step"
+               if cmp.disagree else f"they agree within {DISAGREE * 100:.0f} % ({cmp.ratio:.2f}×)")
+    lines = [f"**Per K/V step**: measured **{fmt_ns(cmp.measured_ns)}** (the median over every step recorded on "
+             f"this SM, traced build), predicted **{fmt_ns(cmp.predicted_ns)}** (the schedule model, bound by "
+             f"{schedule.UNIT_LABEL[cmp.bound]}): {verdict}. {overhead} With the overhead taken out, a step takes "
+             f"about {fmt_ns(cmp.untraced_ns)}, {cmp.untraced_ns / cmp.predicted_ns:.2f}× the prediction."]
+    if len(lay.rows) > 1:
+        lines.append(f"{len(lay.rows)} CTAs shared this SM at once; the model gives one CTA the SM to itself, so "
+                     f"each CTA's step may take up to {len(lay.rows)}× the model's time from that alone.")
+    both = trace_lanes.both_in_flight(lay, 0)
+    if both is not None:
+        lines.append(f"Both consumer warpgroups had a wgmma in flight at the same time for **{both[1] * 100:.0f} %** "
+                     "of the time either had one, in this window (from issue to the wait that retired it).")
+    if not lay.boundaries:
+        lines.append("This window holds the start of the CTA's first output tile (its prologue and first steps), "
+                     "not a tile boundary: the windows of the persistent stages were chosen before a fix to how "
+                     "the trace producer picks them, and a later recording will show a boundary.")
+    return "\n".join(_p(x) for x in lines)
+
+
+def _event_table(prev, record: dict, prev_record: dict | None) -> str:
+    """Median duration per event kind over everything recorded on the SM, against the previous stage."""
+    stats = record["stats"]
+    pstats = prev_record["stats"] if prev_record else {}
+    pid = prev.id if prev is not None and prev_record else None
+    head = "<th>event</th><th>recorded</th><th>median</th>" + (f"<th>stage {pid}</th><th>change</th>" if pid else "")
+    rows = []
+    for event in traces.EVENTS:
+        mine, theirs = stats.get(event), pstats.get(event)
+        if mine is None and theirs is None:
+            continue
+        cells = [esc(NAME[event]), str(mine["count"]) if mine else "—", fmt_ns(mine["median_ns"]) if mine else "—"]
+        if pid:
+            cells.append(fmt_ns(theirs["median_ns"]) if theirs else "—")
+            if mine and theirs:
+                cells.append(f"{mine['median_ns'] / theirs['median_ns']:.2f}×" if theirs["median_ns"] > 0 else "—")
+            else:
+                cells.append("new" if mine else "gone")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    mask = "causal" if record["causal"] else "non-causal"
+    against = (f", against stage {pid}'s {'causal' if prev_record['causal'] else 'non-causal'} trace" if pid else "")
+    return (f"<p>The median duration of each event over all {record['recorded']} events recorded on the SM "
+            f"({mask}{against}):</p>\n<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows)
+            + "\n</tbody>\n</table>")

@@ -1,0 +1,350 @@
+"""The measured timeline: what the warps of one SM did in a trace record's window, in real time.
+
+One lane per warp shown (trace_lanes.py picks them), grouped by the CTA's place on the SM; solid
+bars are work, hatched bars are waits (a stall is never drawn like work), a tick with a triangle
+is an instant (a copy issued); under a consumer's lane, the wgmma it has in flight, from issue to
+the wait that retired it. Every bar carries a tooltip (<title>) with its event, tile, K/V step,
+start and duration. Roles are told apart by their labels and lane fills, not by colour alone.
+"""
+
+from __future__ import annotations
+
+from . import trace_lanes
+from .diagram import Diagram
+from .svg import Canvas, color, num, text_width
+from .timeline import tick_step
+
+W = 860
+X0, X1 = 196, 846
+TRACK_H = 22  # a warp's own events
+SPAN_H = 6  # one of the two in-flight tracks (QKᵀ above, PV below)
+LANE_GAP = 10
+FONT = 13  # the smallest text: 12 px or more at the column's width (and at timeline_section.MIN_WIDTH)
+
+COLOUR = {"load_q": "q", "load_k": "k", "load_v": "v", "load_kv": "k", "wait_q": "q", "wait_k": "k",
+          "wait_v": "v", "wait_kv": "k", "wait_empty": "stroke", "wait_turn": "fg", "wait_tile": "accent",
+          "qk": "s", "wait_qk": "s", "softmax": "p", "rescale": "accent", "pv": "o", "wait_pv": "o",
+          "epilogue": "bar", "store": "bar"}
+NAME = {"load_q": "load Q", "load_k": "load K", "load_v": "load V", "load_kv": "load K and V",
+        "wait_q": "wait for Q", "wait_k": "wait for K", "wait_v": "wait for V", "wait_kv": "wait for K/V",
+        "wait_empty": "wait for a free buffer", "wait_turn": "wait for its turn",
+        "wait_tile": "wait for the next tile id", "qk": "S = QKᵀ", "wait_qk": "wait for QKᵀ to retire",
+        "softmax": "softmax", "rescale": "rescale O, pack P", "pv": "O += PV", "wait_pv": "wait for PV to retire",
+        "epilogue": "epilogue", "store": "store O"}
+SHORT = {"qk": "QK", "pv": "PV", "softmax": "softmax", "epilogue": "epilogue", "load_kv": "K/V", "load_q": "Q",
+         "load_k": "K", "load_v": "V", "rescale": "rescale"}
+
+
+def fmt_ns(ns: float) -> str:
+    return f"{ns:.0f} ns" if abs(ns) < 1000 else f"{ns / 1000:.2f} µs"
+
+
+def _where(tile, kv) -> str:
+    parts = []
+    if tile is not None:
+        parts.append(f"output tile {tile + 1}")
+    if kv is not None:
+        parts.append(f"K/V step {kv}")
+    return " · ".join(parts) if parts else "no one tile"
+
+
+def _issue(event: str, wgmma: bool) -> str:
+    return NAME[event] + (" (issue)" if wgmma and event in ("qk", "pv") else "")
+
+
+def lane_label(lane) -> tuple[str, str]:
+    warps = lane.role_warps
+    of = f" of {warps[0]}–{warps[-1]}" if len(warps) > 1 else ""
+    return trace_lanes.role_label(lane.role), f"warp {lane.warp}{of}"
+
+
+def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool = False,
+                  prev: tuple[str, dict] | None = None) -> Diagram:
+    """``prev``: (the previous stage's name in the text, e.g. "16" or "16, non-causal"; its record's
+    per-event stats), for a strip that sets the events that changed most against it."""
+    lay = trace_lanes.layout(record, every_warp)
+    zoom = trace_lanes.zoom(lay, record.get("per_step_ns"))
+    suffix = ("-causal" if causal else "") + ("-warps" if every_warp else "")
+    did = f"s{stage.id}-trace{suffix}"
+    wgmma = any(ln.spans for ln in lay.lanes)
+    mask = "causal" if causal else "non-causal"
+    shape = record["shape"]
+    title = f"Stage {stage.id} measured timeline ({mask}{', every warp' if every_warp else ''})"
+    n_bars = sum(len(ln.bars) for ln in lay.lanes)
+    desc = (f"Per-warp trace of stage {stage.id} on one H200 SM, {mask}, batch {shape['batch']}, heads "
+            f"{shape['heads']}, length {shape['len_q']}: {len(lay.lanes)} lanes, {n_bars} recorded events in a "
+            f"window of {fmt_ns(lay.length)}{', with a magnified stretch of its steady state' if zoom else ''}. "
+            "Solid bars are work, hatched bars are waits.")
+    c = Canvas(did, W, 100, title, desc)  # the height is known once everything is placed
+    hatch = _Hatches(c)
+    c.text(12, 22, f"{stage.id} · {stage.title}: measured on one SM ({mask}, traced build)", size=14, weight="600")
+    c.text(12, 40, _window_line(record, lay), size=FONT, fill="muted")
+    y = _panel(c, hatch, lay, "all", 0.0, lay.length, 50, wgmma, zoom=zoom)
+    if zoom:
+        c.text(12, y + 26, f"Magnified: {fmt_ns(zoom[1] - zoom[0])} of the steady state "
+                           f"({zoom[0] / 1000:.2f}–{zoom[1] / 1000:.2f} µs of the window)", size=13, weight="600")
+        y = _panel(c, hatch, lay, "zoom", zoom[0], zoom[1], y + 34, wgmma)
+    rows = _legend_rows(_legend_items(lay, wgmma))
+    _legend(c, hatch, rows, y + 24)
+    y += 24 + 22 * len(rows)
+    if prev is not None:
+        y = _against(c, hatch, record["stats"], prev, y + 14, wgmma)
+    c.height = int(y)
+    cap = _caption(stage, record, lay, every_warp, wgmma)
+    return Diagram(did, title, "trace", stage.number, c.tostring(), cap, W, c.height)
+
+
+def _panel(c: Canvas, hatch, lay, name: str, t0: float, t1: float, y: float, wgmma: bool, zoom=None) -> float:
+    """The lanes over [t0, t1] ns of the window, with their boundaries and a time axis; returns the
+    y below it. ``zoom``: the stretch the magnified panel shows, bracketed on this one's axis."""
+    scale = (X1 - X0) / (t1 - t0)
+    multi = len(lay.rows) > 1
+    panel = c.group(name)
+    row_top, lane_y = {}, []
+    for r, slots in enumerate(lay.rows):
+        row_top[r] = y
+        if name == "all" or multi:
+            blocks = " → ".join(f"block {lay.blocks.get(s, '?')}" for s in slots)
+            where = f"CTA place {r + 1} of {len(lay.rows)} on the SM" if multi else "The SM's CTA"
+            c.text(12, y + 14, f"{where}: {blocks}" if name == "all" else where, size=FONT, weight="600",
+                   parent=panel)
+            y += 26
+        if any(b.row == r and t0 <= b.t <= t1 for b in lay.boundaries):
+            y += 18
+        for ln in (x for x in lay.lanes if x.row == r):
+            lane_y.append((ln, y))
+            y += _lane(c, hatch, panel, lay, ln, y, t0, scale, t1, wgmma, name) + LANE_GAP
+        both = trace_lanes.both_in_flight(lay, r)
+        if both is not None:
+            y += _both_strip(c, panel, both[0], y, t0, scale, t1) + LANE_GAP
+        y += 4
+    for bd in lay.boundaries:  # a dashed line through the row's lanes, labelled above them
+        if not t0 <= bd.t <= t1:
+            continue
+        x = X0 + (bd.t - t0) * scale
+        ys = [ly for ln, ly in lane_y if ln.row == bd.row]
+        top = min(ys) - 18
+        c.line(x, top + 4, x, max(ys) + TRACK_H + 2 * SPAN_H + 4, stroke="fg", sw=1.5, dash="5 3", parent=panel)
+        label = (f"block {lay.blocks.get(bd.slot, '?')} starts" if bd.new_cta
+                 else f"output tile {(bd.tile or 0) + 1} starts")
+        right = x + text_width(label, FONT) + 6 > X1
+        c.text(x - 4 if right else x + 4, top + 12, label, size=FONT, anchor="end" if right else "start",
+               weight="600", parent=panel)
+    # Time axis, in µs from the window's start.
+    c.line(X0, y, X1, y, stroke="stroke", parent=panel)
+    step = tick_step((t1 - t0) * 1e-9) * 1e9
+    k = int(t0 // step) + (1 if t0 % step > 1e-6 else 0)
+    while k * step <= t1 + 1e-6:
+        x = X0 + (k * step - t0) * scale
+        c.line(x, y, x, y + 4, stroke="stroke", parent=panel)
+        c.text(x, y + 18, f"{round(k * step / 1000, 3):g}", size=FONT, anchor="middle", fill="muted", parent=panel)
+        k += 1
+    c.text(X0 - 8, y + 18, "µs", size=FONT, anchor="end", fill="muted", parent=panel)
+    if zoom:
+        xa, xb = X0 + (zoom[0] - t0) * scale, X0 + (zoom[1] - t0) * scale
+        c.rect(xa, y - 3, xb - xa, 6, fill="accent", stroke=None, rx=2, parent=panel)
+        half = text_width("magnified below", FONT) / 2
+        c.text(min(max((xa + xb) / 2, X0 + half), X1 - half), y + 34, "magnified below", size=FONT,
+               anchor="middle", fill="muted", parent=panel)
+    return y + 40
+
+
+def _both_strip(c: Canvas, panel, both, y: float, t0: float, scale: float, t1: float) -> float:
+    """Where both consumers have a wgmma in flight at once; returns its height."""
+    h = 14
+    c.rect(X0, y, X1 - X0, h, fill="bg", stroke="grid", rx=1, parent=panel)
+    c.text(X0 - 8, y + 11, "both in flight", size=FONT, anchor="end", fill="muted", weight="600", parent=panel)
+    shown = [iv for iv in (_clip(a, b, t0, t1) for a, b in both) if iv is not None]
+    for a, b in shown:
+        el = c.rect(X0 + (a - t0) * scale, y + 1, max((b - a) * scale, 1.0), h - 2, fill="bar", stroke=None, rx=1,
+                    parent=panel)
+        el.set_desc(title=f"both consumers have a wgmma in flight · {a / 1000:.3f}–{b / 1000:.3f} µs ({fmt_ns(b - a)})")
+    if not shown:
+        c.text(X0 + 6, y + 11, "none: the two consumers' wgmmas are not in flight at the same time here",
+               size=FONT, fill="muted", parent=panel)
+    return h
+
+
+def _lane(c: Canvas, hatch, panel, lay, ln, ly: float, t0: float, scale: float, t1: float, wgmma: bool,
+          name: str) -> float:
+    """One warp's lane; returns its height."""
+    role, warp = lane_label(ln)
+    computes = ln.role in lay.gemm_roles
+    spans = computes and wgmma
+    c.rect(X0, ly, X1 - X0, TRACK_H, fill="panel" if computes else "panel2", stroke="grid", rx=2, parent=panel)
+    c.text(12, ly + 15.5, role, size=13.5, weight="600", parent=panel)
+    c.text(X0 - 8, ly + 15.5, warp, size=FONT, anchor="end", fill="muted", parent=panel)
+    if spans:
+        sy = ly + TRACK_H + 4
+        c.rect(X0, sy, X1 - X0, 2 * SPAN_H, fill="bg", stroke="grid", sw=0.5, rx=1, parent=panel)
+        c.text(X0 - 8, sy + 2 * SPAN_H, "wgmma in flight", size=FONT, anchor="end", fill="muted", parent=panel)
+    g = c.d.g(id=c.id(f"{name}-lane-{ln.row}-{ln.warp}"), **{"class": "hd-trace-lane"})
+    panel.add(g)
+    for b in ln.bars:
+        _bar(c, hatch, g, b, ly, t0, scale, t1, f"{role} · warp {ln.warp} · block {lay.blocks.get(b.slot, '?')}", wgmma)
+    if spans:
+        for s in ln.spans:
+            _span(c, g, s, ly + TRACK_H + 4, t0, scale, t1, f"{role} · warp {ln.warp}")
+    return TRACK_H + (4 + 2 * SPAN_H if spans else 0)
+
+
+def _window_line(record: dict, lay) -> str:
+    steps = f"~{lay.length / record['per_step_ns']:.0f} K/V steps" if record.get("per_step_ns") else "its K/V steps"
+    if lay.boundaries:
+        kind = "a new CTA takes over" if any(b.new_cta for b in lay.boundaries) else "the CTA starts its next output tile"
+        return f"A window of {fmt_ns(lay.length)} ({steps}) around the moment {kind}"
+    return f"A window of {fmt_ns(lay.length)} ({steps}): the start of the CTA's first output tile, no tile boundary in it"
+
+
+class _Hatches:
+    """One hatch pattern per colour a wait is drawn in, in the diagram's <defs>, ids prefixed."""
+
+    def __init__(self, c: Canvas):
+        self.c, self.made = c, set()
+
+    def __call__(self, key: str) -> str:
+        pid = self.c.id(f"hatch-{key}")
+        if pid not in self.made:
+            self.made.add(pid)
+            d = self.c.d
+            p = d.pattern(id=pid, size=(6, 6), patternUnits="userSpaceOnUse", patternTransform="rotate(45)")
+            p.add(d.rect((0, 0), (6, 6), fill=color(key), **{"fill-opacity": 0.2}))
+            p.add(d.line((1.5, 0), (1.5, 6), stroke=color(key), **{"stroke-width": 2.5}))
+            d.defs.add(p)
+        return f"url(#{pid})"
+
+
+def _clip(start: float, end: float, t0: float, t1: float) -> tuple[float, float] | None:
+    a, b = max(start, t0), min(end, t1)
+    return (a, b) if b >= a else None
+
+
+def _bar(c: Canvas, hatch, g, b, ly: float, t0: float, scale: float, t1: float, who: str, wgmma: bool) -> None:
+    """One event: a group with its tooltip (class hd-ev), so an event is one element whatever its shape."""
+    shown = _clip(b.start, b.end, t0, t1)
+    if shown is None:
+        return
+    key = COLOUR[b.event]
+    x = X0 + (shown[0] - t0) * scale
+    w = max((shown[1] - shown[0]) * scale, 1.0)
+    tip = (f"{who} — {_issue(b.event, wgmma)}{' issued' if b.kind == 'mark' else ''} · {_where(b.tile, b.kv)} · "
+           f"at {b.start / 1000:.3f} µs" + ("" if b.kind == "mark" else f" · lasts {fmt_ns(b.end - b.start)}"))
+    ev = c.d.g(**{"class": f"hd-ev hd-{b.kind}"})
+    ev.set_desc(title=tip)
+    g.add(ev)
+    if b.kind == "mark":
+        c.path([(x - 4, ly - 1), (x + 4, ly - 1), (x, ly + 6)], stroke=None, fill=key, closed=True, parent=ev)
+        c.line(x, ly, x, ly + TRACK_H, stroke=key, sw=2, parent=ev)
+        return
+    if b.kind == "wait":
+        ev.add(c.d.rect((num(x), num(ly + 4)), (num(w), num(TRACK_H - 8)), fill=hatch(key), stroke=color(key),
+                        **{"stroke-width": 1}))
+        return
+    c.rect(x, ly + 1, w, TRACK_H - 2, fill=key, stroke="bg", sw=0.5, rx=1, parent=ev)
+    label = SHORT.get(b.event)
+    if label and text_width(label, FONT) + 6 <= w:
+        c.text(x + w / 2, ly + 15.5, label, size=FONT, anchor="middle", fill="bg", weight="600", parent=ev)
+
+
+def _span(c: Canvas, g, s, sy: float, t0: float, scale: float, t1: float, who: str) -> None:
+    shown = _clip(s.start, s.end, t0, t1)
+    if shown is None:
+        return
+    key = COLOUR[s.gemm]
+    y = sy + (0 if s.gemm == "qk" else SPAN_H)
+    x, w = X0 + (shown[0] - t0) * scale, max((shown[1] - shown[0]) * scale, 1.0)
+    el = c.rect(x, y + 0.5, w, SPAN_H - 1, fill=key, stroke=None, rx=1, opacity=0.75, parent=g)
+    el.set_desc(title=f"{who} — {NAME[s.gemm]} in flight · {_where(s.tile, s.kv)} · issued at {s.start / 1000:.3f} µs, "
+                      f"retired by {s.end / 1000:.3f} µs ({fmt_ns(s.end - s.start)})")
+
+
+def _against(c: Canvas, hatch, stats: dict, prev: tuple[str, dict], y: float, wgmma: bool) -> float:
+    """The events whose median duration moved most against the previous stage: a solid bar for
+    this stage over an outlined one for the previous, on one scale per event; returns the y below."""
+    pid, prev_stats = prev
+    moved, new = trace_lanes.moved_events(stats, prev_stats)
+    c.text(12, y, f"Against stage {pid}: the median durations that moved most (every event recorded on the SM)",
+           size=13, weight="600")
+    y += 10
+    width = 380
+    for event, mine, theirs in moved:
+        key = COLOUR[event]
+        top = max(mine, theirs)
+        c.text(12, y + 17, _issue(event, wgmma), size=FONT)
+        c.rect(X0, y + 4, width * mine / top, 10, fill=key, stroke=None, rx=1)
+        c.rect(X0, y + 16, width * theirs / top, 10, fill="bg", stroke=key, sw=1.2, rx=1, dash="3 2")
+        c.text(X0 + width + 10, y + 17, f"{fmt_ns(mine)} · stage {pid}: {fmt_ns(theirs)} ({mine / theirs:.2f}×)",
+               size=FONT)
+        y += 32
+    if new:
+        c.text(12, y + 14, f"New in this stage: {', '.join(_issue(e, wgmma) for e in new)}", size=FONT)
+        y += 22
+    if not moved and not new:
+        c.text(12, y + 14, "No event's median duration moved by more than a fifth.", size=FONT, fill="muted")
+        y += 22
+    c.text(12, y + 14, f"solid: this stage · dashed outline: stage {pid}", size=FONT, fill="muted")
+    return y + 26
+
+
+def _legend_items(lay, wgmma: bool) -> list[tuple[str, str, str]]:
+    """(event, kind, label) for every event kind in the window, in trace.cuh's order."""
+    from hopattn.records.traces import EVENTS
+
+    seen: dict[str, str] = {}
+    for ln in lay.lanes:
+        for b in ln.bars:
+            seen.setdefault(b.event, b.kind)
+    items = [(e, seen[e], _issue(e, wgmma) + (" issued" if seen[e] == "mark" else "")) for e in EVENTS if e in seen]
+    if wgmma:
+        items += [("qk", "span", "QKᵀ in flight"), ("pv", "span", "PV in flight")]
+    if any(trace_lanes.both_in_flight(lay, r) is not None for r in range(len(lay.rows))):
+        items.append(("epilogue", "span", "both consumers' wgmmas in flight"))
+    return items
+
+
+def _legend_rows(items) -> list[list]:
+    rows, row, x = [], [], 12.0
+    for it in items:
+        w = 14 + 5 + text_width(it[2], FONT) + 16
+        if row and x + w > W - 8:
+            rows.append(row)
+            row, x = [], 12.0
+        row.append(it)
+        x += w
+    return rows + ([row] if row else [])
+
+
+def _legend(c: Canvas, hatch, rows, y: float) -> None:
+    for i, row in enumerate(rows):
+        x, yy = 12.0, y + i * 22
+        for event, kind, label in row:
+            key = COLOUR[event]
+            if kind == "wait":
+                c.body.add(c.d.rect((num(x), num(yy - 11)), (14, 12), fill=hatch(key), stroke=color(key),
+                                    **{"stroke-width": 1}))
+            elif kind == "mark":
+                c.path([(x + 3, yy - 12), (x + 11, yy - 12), (x + 7, yy - 5)], stroke=None, fill=key, closed=True)
+                c.line(x + 7, yy - 12, x + 7, yy + 1, stroke=key, sw=2)
+            elif kind == "span":
+                c.rect(x, yy - 7, 14, 5, fill=key, stroke=None, rx=1, opacity=0.75)
+            else:
+                c.rect(x, yy - 11, 14, 12, fill=key, stroke=None, rx=2)
+            c.text(x + 19, yy, label, size=FONT, fill="muted")
+            x += 14 + 5 + text_width(label, FONT) + 16
+
+
+def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool) -> str:
+    shown = ("every traced warp" if every_warp else
+             "the first warp of each role (a warpgroup's warps run in near lockstep), and any warp that records "
+             "an event its role's first warp does not")
+    parts = [f"Recorded on the GPU with the stage's trace points on (`-DHOPATTN_TRACE`, "
+             f"kernels/attention/common/trace.cuh): {shown}, in the window of the record "
+             f"`bench/results/traces/nvidia-h200/{stage.id}{'-causal' if record['causal'] else ''}.json`. "
+             "Solid bars are work, hatched bars are waits, a tick with a triangle is a copy issued; "
+             "hover a bar for its event, tile, K/V step, start and duration."]
+    if wgmma:
+        parts.append("Under each consumer, the wgmmas it has in flight, from their issue to the wait that "
+                     "retired them (an upper bound: the wait is where the warp checked).")
+    parts.append(f"The traced build ran {record['overhead']['pct']:+.1f} % against the plain one, so the "
+                 "lengths show the protocol and the relative durations, not exact times.")
+    return " ".join(parts)
