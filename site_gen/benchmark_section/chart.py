@@ -57,7 +57,7 @@ def regressions(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return out
 
 
-def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title):
+def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0):
     labels = dict(data["stages"])
     step = (x1 - x0) / len(numbers)
 
@@ -65,9 +65,9 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title):
         return x0 + (numbers.index(n) + 0.5) * step
 
     def y(v):
-        return y1 - (y1 - y0) * v / ymax
+        return y1 - (y1 - y0) * (v - ymin) / (ymax - ymin)
     c.text(x0, y0 - 12, title, size=13, weight="700")
-    for tick in range(0, int(ymax) + 1, 100):
+    for tick in range(int(ymin), int(ymax) + 1, 100):
         c.line(x0, y(tick), x1, y(tick), stroke="grid", sw=0.8)
         c.text(x0 - 6, y(tick) + 4, str(tick), size=12, anchor="end", fill="muted")
     c.line(x0, y1, x1, y1, stroke="stroke")
@@ -85,6 +85,7 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title):
             ly += 15
         placed.append(ly)
         c.text(x1 + 6, ly, f"{label} {v:.0f}", size=12, fill="fg")
+        c.line(x1 + 6, ly + 5, x1 + 6 + text_width(f"{label} {v:.0f}", 12), ly + 5, stroke="fg", sw=1, dash=dash)
     # Shapes: one line each, labelled where it ends.
     ends = []
     for shape in SHAPES:
@@ -99,18 +100,23 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title):
             else:
                 c.rect(x(n) - 3, y(v) - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
         ends.append((shape, pts[-1]))
-    # Shape labels left of the first point.
+    # The shapes' legend, in the top left corner (the early stages are far below it).
+    lx = x0 + 12
     for shape, _ in ends:
-        pts = [(n, v) for n, v in data["series"][causal].get(shape, []) if n in numbers]
-        n, v = pts[0]
-        colour = SHAPE_STYLE[shape][0]
-        off = {"4k": -14, "8k": 0, "16k": 14}[shape]
-        c.text(x(n) - 8, y(v) + 4 + off, shape, size=12, anchor="end", fill=colour, weight="700")
+        colour, sw, marker = SHAPE_STYLE[shape]
+        c.line(lx, y0 + 12, lx + 24, y0 + 12, stroke=colour, sw=sw)
+        if marker == "circle":
+            c.circle(lx + 12, y0 + 12, 3.2, fill=colour, stroke="bg", sw=0.8)
+        else:
+            c.rect(lx + 9, y0 + 9, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+        c.text(lx + 30, y0 + 16, shape, size=12, weight="700", fill=colour)
+        lx += 30 + text_width(shape, 12, bold=True) + 18
     # Regressions at the headline shape.
     pts = [(n, v) for n, v in data["series"][causal].get(HEADLINE, []) if n in numbers]
     values = dict(pts)
     for n, change in regressions(pts):
-        c.text(x(n), y(values[n]) + 20, f"{change * 100:.0f} %", size=12, anchor="middle", fill="bar", weight="700")
+        c.text(x(n), y(values[n]) + 22, f"{change * 100:.0f} %", size=12, anchor="middle", fill="bar", weight="700",
+               cls="hd-text hd-halo")
     return x, y
 
 
@@ -139,12 +145,12 @@ def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
     y = y0 + h1 + below + 40
     if causal:
         width = min(x1 - x0, 90 * len(causal) + 60)
+        lowest = min(v for pts in data["series"][True].values() for n, v in pts if n in causal)
         _panel(c, data, True, x0, x0 + width, y, y + 220, ymax, causal,
-               f"causal: stages {causal[0]:02d}–{causal[-1]:02d}, the ones with a causal path")
+               f"causal: stages {causal[0]:02d}–{causal[-1]:02d}, the ones with a causal path (axis from "
+               f"{int(lowest / 100) * 100 - 100})", ymin=max(0, int(lowest / 100) * 100 - 100))
         y += 220 + below
-    parts = [f"{label}: {'long dashes' if dash == '8 4' else 'dots' if dash == '2 3' else 'dash-dot'}"
-             for key, label, dash in PEERS if any(key in data["refs"][cz] for cz in (False, True))]
-    c.text(12, y + 14, "Lines: 8k thick, 4k and 16k thin; peers at 8k, " + "; ".join(parts) + ".", size=12,
+    c.text(12, y + 14, "Dashed lines: the reference peers at 8k, each labelled and dashed its own way.", size=12,
            fill="muted")
     c.text(12, y + 32, "Red per cent: slower than the stage before at 8k.", size=12, fill="muted")
     c.height = int(y + 44)
