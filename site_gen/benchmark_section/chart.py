@@ -72,7 +72,7 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0):
         c.text(x0 - 6, y(tick) + 4, str(tick), size=12, anchor="end", fill="muted")
     c.line(x0, y1, x1, y1, stroke="stroke")
     for n in numbers:
-        c.text(x(n) + 4, y1 + 14, labels[n], size=12, anchor="end", rotate=-40, fill="fg")
+        c.text(x(n) + 4, y1 + 18, labels[n], size=12, anchor="end", rotate=-40, fill="fg")
     # Peers: dashed, labelled at the right end (8k).
     placed = []
     for key, label, dash in PEERS:
@@ -138,7 +138,7 @@ def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
             "next at 8k are marked in per cent.")
     c = Canvas("climb", W, int(height), "The climb: TFLOP/s per stage", desc)
     c.heading("The climb: TFLOP/s per stage", f" ({gpu_name}, bf16, head dim 128)")
-    x0, x1 = 50, W - 150
+    x0, x1 = 84, W - 150
     y0 = 60
     if numbers:
         _panel(c, data, False, x0, x1, y0, y0 + h1, ymax, numbers, "non-causal: every stage")

@@ -242,28 +242,32 @@ def signature(stage) -> str:
 
 
 def changes(stage, stages) -> tuple[set[str], list[str]]:
-    """(keys of the items that are new or differ from the previous stage, phrases saying what)."""
+    """(keys of the items that are new or differ from the previous stage, phrases saying what): new
+    places first, then new mechanisms, then what is gone, then the sizes that changed."""
     prev = next((s for s in stages if s.number == stage.number - 1), None)
     if prev is None:
         return set(), []
-    now, before = _items(plan(stage)), _items(plan(prev))
+    now_plan = plan(stage)
+    now, before = _items(now_plan), _items(plan(prev))
     keys = {k for k, v in now.items() if before.get(k) != v}
-    words = []
+    mech = {f"{name}:{a.src}>{a.dst}": a.lines[0] for name, r in now_plan.items() for a in r.arrows if a.lines}
+    added, moved, resized = {}, {}, []
     for k in sorted(keys, key=_order):
         row, where = k.split(":")
         what = ROW_NAME[row][0]
         if ">" in where:
             a, b = where.split(">")
-            words.append(f"{what} {LEVEL_NAME[a]} → {LEVEL_NAME[b]}: {now[k].strip()}".rstrip(": "))
+            if k in mech:
+                moved.setdefault((LEVEL_NAME[a], LEVEL_NAME[b], mech[k]), []).append(what)
+        elif k not in before:
+            added.setdefault(LEVEL_NAME[where], []).append(f"{what} ({now[k]})")
         else:
-            prefix = "new: " if k not in before else ""
-            words.append(f"{prefix}{what} in {LEVEL_NAME[where.rstrip('+')]}: {now[k]}")
-    gone = [k for k in before if k not in now]
-    for k in sorted(gone, key=_order):
-        row, where = k.split(":")
-        if ">" not in where:
-            words.append(f"gone: {ROW_NAME[row][0]} in {LEVEL_NAME[where.rstrip('+')]}")
-    return keys, words
+            resized.append(f"{what} in {LEVEL_NAME[where]}: {now[k]}")
+    words = [f"new in {level}: {', '.join(items)}" for level, items in added.items()]
+    words += [f"{', '.join(whats)}: {a} → {b} by {m}" for (a, b, m), whats in moved.items()]
+    words += [f"gone: {ROW_NAME[k.split(':')[0]][0]} in {LEVEL_NAME[k.split(':')[1]]}"
+              for k in sorted(before, key=_order) if k not in now and ">" not in k]
+    return keys, words + resized
 
 
 def _order(key: str):
@@ -350,12 +354,16 @@ def memory_diagram(stage, stages) -> Diagram:
                   + f" · {2 * flops / 1e6:.2f} MFLOP · {2 * flops / l2_iter:.0f} FLOP per L2 byte", size=12)
     y += 20
     prev_notes = _notes(prev) if prev is not None else notes
+    fresh = []
     for note in notes:
         if note not in prev_notes:
             c.rect(8, y - 14, text_width(note, 12) + 10, 20, fill="hl", stroke=None, opacity=0.6, rx=4)
-            words.append(note)
+            head = note.split(":")[0]
+            fresh.append(head if head[1:2].isupper() else head[0].lower() + head[1:])
         c.text(12, y, note, size=12)
         y += 20
+    if fresh:
+        words.insert(0, f"{', '.join(fresh)} (the notes under the figure)")
     if words:
         c.rect(12, y - 11, 12, 12, fill="hl", stroke=None, opacity=0.6, rx=2)
         c.text(30, y, f"highlighted: changed since stage {prev.id}", size=12, fill="muted")
@@ -367,7 +375,8 @@ def memory_diagram(stage, stages) -> Diagram:
     elif not words:
         cap = f"The memory movement of stage {prev.id}, unchanged."
     else:
-        cap = f"Changed since stage {prev.id} (highlighted): " + "; ".join(words[:5]) + "."
+        shown = words[:4] + ([f"and {len(words) - 4} more, highlighted"] if len(words) > 4 else [])
+        cap = f"Since stage {prev.id} (highlighted): " + "; ".join(shown) + "."
     return Diagram(did, title, "memory", stage.number, c.tostring(), cap, W, height, signature(stage))
 
 

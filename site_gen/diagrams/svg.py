@@ -250,9 +250,8 @@ def standalone(svg: str, width: int, height: int) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + head + ">" + rest[:i] + bg + rest[i:] + "\n"
 
 
-def text_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
-    """(x0, y0, x1, y1, text) of every <text> of an SVG string, in viewBox units: where it lands by
-    text_width, for the checks that no text is clipped by the viewBox or overlaps another."""
+def _texts(svg: str) -> list[tuple[list[tuple[float, float]], float, str]]:
+    """(corners, rotation in degrees, text) of every <text>, in viewBox units, by text_width."""
     import math
     import re
     import xml.etree.ElementTree as ET
@@ -265,27 +264,50 @@ def text_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
         bold = el.get("font-weight") in ("600", "700", "bold")
         w = text_width(s, size, bold=bold, mono=el.get("class") == "hd-mono")
         x0 = x - {"start": 0, "middle": w / 2, "end": w}[el.get("text-anchor", "start")]
-        corners = [(x0, y - 0.74 * size), (x0 + w, y - 0.74 * size), (x0, y + 0.22 * size), (x0 + w, y + 0.22 * size)]
+        top, bottom = y - 0.86 * size, y + 0.26 * size  # the line box a browser reports (ascent, descent)
+        corners = [(x0, top), (x0 + w, top), (x0, bottom), (x0 + w, bottom)]
+        angle = 0.0
         rot = re.match(r"rotate\((-?[\d.]+) (-?[\d.]+) (-?[\d.]+)\)", el.get("transform", ""))
         if rot:
-            a, cx, cy = (float(v) for v in rot.groups())
-            a = math.radians(a)
+            angle, cx, cy = (float(v) for v in rot.groups())
+            a = math.radians(angle)
             corners = [(cx + (px - cx) * math.cos(a) - (py - cy) * math.sin(a),
                         cy + (px - cx) * math.sin(a) + (py - cy) * math.cos(a)) for px, py in corners]
-        xs, ys = [p[0] for p in corners], [p[1] for p in corners]
-        out.append((min(xs), min(ys), max(xs), max(ys), s))
+        out.append((corners, angle, s))
     return out
 
 
-def text_problems(svg: str, width: float, height: float, slack: float = 0.5) -> list[str]:
-    """Texts that run past the canvas or overlap another text (by their estimated boxes)."""
-    boxes = text_boxes(svg)
-    out = [f"clipped: {b[4]!r}" for b in boxes
-           if b[0] < -slack or b[1] < -slack or b[2] > width + slack or b[3] > height + slack]
-    for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+def _aabb(corners, angle=0.0):
+    """The box around ``corners`` in a frame turned by ``angle`` degrees (0: the page's)."""
+    import math
+
+    a = math.radians(-angle)
+    pts = [(px * math.cos(a) - py * math.sin(a), px * math.sin(a) + py * math.cos(a)) for px, py in corners]
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def text_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
+    """(x0, y0, x1, y1, text) of every <text> of an SVG string, in viewBox units: where it lands by
+    text_width, for the checks that no text is clipped by the viewBox or overlaps another."""
+    return [(*_aabb(corners), s) for corners, _angle, s in _texts(svg)]
+
+
+def text_problems(svg: str, width: float, height: float, slack: float = 1.0) -> list[str]:
+    """Texts that run past the canvas or overlap another text (by their estimated boxes; two texts
+    turned by the same angle are compared in their own frame)."""
+    items = _texts(svg)
+    out = []
+    for corners, _angle, s in items:
+        b = _aabb(corners)
+        if b[0] < -slack or b[1] < -slack or b[2] > width + slack or b[3] > height + slack:
+            out.append(f"clipped: {s!r}")
+    for i, (ca, aa, sa) in enumerate(items):
+        for cb, ab, sb in items[i + 1:]:
+            frame = aa if aa == ab else 0.0
+            a, b = _aabb(ca, frame), _aabb(cb, frame)
             if a[0] < b[2] - slack and b[0] < a[2] - slack and a[1] < b[3] - slack and b[1] < a[3] - slack:
-                out.append(f"overlap: {a[4]!r} / {b[4]!r}")
+                out.append(f"overlap: {sa!r} / {sb!r}")
     return out
 
 

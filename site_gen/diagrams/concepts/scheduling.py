@@ -199,8 +199,8 @@ def causal_map(stage, stages):
     c.line(x0, y0, x0 + length / bn * cell, y0 + ni * cell, stroke="bar", sw=1.5, dash="5 3")
     c.text(x0, y0 - 10, f"key blocks of {bn} →", size=12, fill="muted")
     c.text(x0 - 8, y0 + 14, "query", size=12, anchor="end", fill="muted")
-    c.text(x0 - 8, y0 + 27, "blocks", size=12, anchor="end", fill="muted")
-    c.text(x0 - 8, y0 + 40, f"of {bm} ↓", size=12, anchor="end", fill="muted")
+    c.text(x0 - 8, y0 + 30, "blocks", size=12, anchor="end", fill="muted")
+    c.text(x0 - 8, y0 + 46, f"of {bm} ↓", size=12, anchor="end", fill="muted")
     counts = {k: sum(1 for v in blocks.values() if v == k) for k in ("full", "mask", "skip")}
     tx = x0 + nj * cell + 40
     c.legend(tx, y0 + 12, [("ok", f"full: {counts['full']}")], size=12)
