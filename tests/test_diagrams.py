@@ -146,9 +146,10 @@ def test_independent_of_svgwrites_global_counter(stages, diagrams):
 
 
 def _every_drawing(stages):
+    from hopattn.records import results
+
     from site_gen.benchmark_section import chart
     from site_gen.diagrams import doc_diagrams
-    from hopattn.records import results
 
     out = all_diagrams(stages) + doc_diagrams(stages)
     nums = results.load_indexed(ROOT / "bench" / "results")

@@ -104,7 +104,7 @@ def test_chart_marks_regressions_and_labels_peers():
     drops = dict(chart.regressions(data["series"][False]["8k"]))
     assert 3 in drops and 11 in drops and 12 in drops  # 02 → 03, 10 → 11 → 12
     d = chart.progression_diagram(data, nums.gpu_name)
-    for n, change in drops.items():
+    for change in drops.values():
         assert f"{change * 100:.0f} %" in d.svg
     assert "FlashAttention-3 " in d.svg and "cuDNN " in d.svg
     assert "causal: stages 17–20" in d.svg
