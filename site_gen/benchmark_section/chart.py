@@ -57,7 +57,7 @@ def regressions(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return out
 
 
-def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0):
+def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None):
     labels = dict(data["stages"])
     step = (x1 - x0) / len(numbers)
 
@@ -100,16 +100,17 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0):
             else:
                 c.rect(x(n) - 3, y(v) - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
         ends.append((shape, pts[-1]))
-    # The shapes' legend, in the top left corner (the early stages are far below it).
+    # The shapes' legend, where no line runs (given as a value, or the panel's top).
     lx = x0 + 12
+    ly = y(legend_at) if legend_at is not None else y0 + 12
     for shape, _ in ends:
         colour, sw, marker = SHAPE_STYLE[shape]
-        c.line(lx, y0 + 12, lx + 24, y0 + 12, stroke=colour, sw=sw)
+        c.line(lx, ly, lx + 24, ly, stroke=colour, sw=sw)
         if marker == "circle":
-            c.circle(lx + 12, y0 + 12, 3.2, fill=colour, stroke="bg", sw=0.8)
+            c.circle(lx + 12, ly, 3.2, fill=colour, stroke="bg", sw=0.8)
         else:
-            c.rect(lx + 9, y0 + 9, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
-        c.text(lx + 30, y0 + 16, shape, size=12, weight="700", fill=colour)
+            c.rect(lx + 9, ly - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+        c.text(lx + 30, ly + 4, shape, size=12, weight="700", fill=colour)
         lx += 30 + text_width(shape, 12, bold=True) + 18
     # Regressions at the headline shape.
     pts = [(n, v) for n, v in data["series"][causal].get(HEADLINE, []) if n in numbers]
@@ -141,7 +142,9 @@ def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
     x0, x1 = 84, W - 150
     y0 = 60
     if numbers:
-        _panel(c, data, False, x0, x1, y0, y0 + h1, ymax, numbers, "non-causal: every stage")
+        early = [v for pts in data["series"][False].values() for n, v in pts if n in numbers[:4]]
+        _panel(c, data, False, x0, x1, y0, y0 + h1, ymax, numbers, "non-causal: every stage",
+               legend_at=(max(early) + ymax * 0.45) / 2 + ymax * 0.1 if early else None)
     y = y0 + h1 + below + 40
     if causal:
         width = min(x1 - x0, 90 * len(causal) + 60)

@@ -96,6 +96,9 @@ def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
         return ""
     peers = [(k, label) for k, label in REFERENCES
              if any(_ok(nums.peer(k, sh, cz)) for sh in shapes for cz in (False, True))]
+    absent = [k for k, _ in REFERENCES if (k, dict(REFERENCES)[k]) not in peers
+              and any(nums.peer(k, sh, cz) is not None for sh in shapes for cz in (False, True))]
+    skipped: dict[str, set[str]] = {}
     out = []
     for causal in (False, True):
         out.append(f"**{'Causal' if causal else 'Non-causal'}**: TFLOP/s; below each stage's: the ratio to the "
@@ -109,12 +112,21 @@ def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
             cells = [f"`{sh}`", md_cell(_what(sh, any_entry))]
             for s in ran:
                 e = nums.stage(s.id, sh, causal)
+                if e is not None and e["status"] == "skipped":
+                    skipped.setdefault(e.get("reason") or "skipped", set()).add(s.id)
+                    cells.append("–")
+                    continue
                 cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])) or "–")
             for k, _ in peers:
                 p = nums.peer(k, sh, causal)
                 cells.append(f"*{p['tflops']:.0f}*" if _ok(p) else (p["status"] if p else "–"))
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+    for reason, ids in skipped.items():
+        out.append(f"–: not run, stage{'s' if len(ids) > 1 else ''} {', '.join(sorted(ids))}: {md_cell(reason)}.\n")
+    if absent:
+        out.append(f"{' and '.join(PEER_NAMES.get(k, k) for k in absent)} did not run for these shapes "
+                   "(not importable on the measuring machine); the ratios are to the peers that did.\n")
     return "\n".join(out)
 
 

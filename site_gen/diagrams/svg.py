@@ -91,11 +91,13 @@ def wrap(s: str, width: float, size: float = 12, bold: bool = False) -> list[str
 
 
 def fmt_bytes(n: int) -> str:
+    """Whole MiB or KiB, and the bytes past them: "64 KiB", "96 KiB + 24 B" (the site's one way)."""
+    n = int(n)
     if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
         return f"{n // (1024 * 1024)} MiB"
     if n >= 1024:
-        k = n / 1024
-        return f"{k:g} KiB" if k == int(k) else f"{k:.1f} KiB"
+        kib, rest = divmod(n, 1024)
+        return f"{kib} KiB" + (f" + {rest} B" if rest else "")
     return f"{n} B"
 
 
