@@ -48,15 +48,22 @@ def previous(stage, stages):
 
 
 def changes(stage, stages) -> tuple[list[str], list[str], set[str]]:
-    """(new or changed features, features gone, keys to highlight) against the previous stage."""
+    """(new or changed features, features gone, keys to highlight) against the previous stage; a new
+    set of roles is said once ("roles: ... (were ...)")."""
     now = protocol.build(stage).features()
     prev = previous(stage, stages)
     if prev is None:
         return [], [], set()
     before = protocol.build(prev).features()
-    new = [v for k, v in now.items() if before.get(k) != v]
-    gone = [v for k, v in before.items() if k not in now]
-    return new, gone, {k for k, v in now.items() if before.get(k) != v}
+    hot = {k for k, v in now.items() if before.get(k) != v}
+    lanes_now = [v for k, v in now.items() if k.startswith("lane ")]
+    lanes_before = [v for k, v in before.items() if k.startswith("lane ")]
+    new, gone = [], []
+    if lanes_now != lanes_before:
+        new.append(f"roles: {', '.join(lanes_now)} (were: {', '.join(lanes_before)})")
+    new += [v for k, v in now.items() if before.get(k) != v and not k.startswith("lane ")]
+    gone += [v for k, v in before.items() if k not in now and not k.startswith("lane ")]
+    return new, gone, hot
 
 
 def roles_diagram(stage, stages) -> Diagram:
