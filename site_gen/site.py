@@ -111,7 +111,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
         everything = {d.id: d for _s, mine in drawn.values() for d in mine} | {d.id: d for d in docs}
         docs_figures.add([everything[i] for i in docs_figures.referenced(root / "docs") if i in everything], site)
     with naming("the gallery", root / "docs", root):
-        site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs)
+        site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs, root / "docs")
     with naming("the page of the models", root / "bench" / "results", root):
         site.pages["models.md"] = models_page.render(model_records.load_all(root / "bench" / "results"))
     return site

@@ -53,8 +53,9 @@ def _same_card(stage, kind, since) -> str:
             f'<p>Unchanged since <a href="../stages/{since.name}/#{kind}">stage {since.id}</a>.</p></div>')
 
 
-def gallery_page(stages, drawn: dict, site, doc_figures=()) -> str:
-    """``drawn``: stage number -> (stage, its diagrams); ``doc_figures``: the hand-written pages' figures."""
+def gallery_page(stages, drawn: dict, site, doc_figures=(), docs_dir=None) -> str:
+    """``drawn``: stage number -> (stage, its diagrams); ``doc_figures``: the hand-written pages' figures
+    (``docs_dir``: where those pages are; only the ones that exist are linked)."""
     stage_of = {s.number: s for s in stages}
     shown = distinct(stages, drawn) + list(doc_figures)
     cards = []
@@ -66,9 +67,10 @@ def gallery_page(stages, drawn: dict, site, doc_figures=()) -> str:
             if since is not None:
                 cards.append(_same_card(s, kind, since))
     total = len(shown)
+    pages = [f"[{title}]({page})" for page, title in DOC_PAGES if docs_dir is not None and (docs_dir / page).is_file()]
     intro = (f"{total} distinct diagrams: the memory movement, warp roles and pipeline timeline of every stage "
-             "where they change, the concepts each stage introduces, and the figures of the "
-             + " and the ".join(f"[{title}]({page})" for page, title in DOC_PAGES)
+             "where they change, the concepts each stage introduces"
+             + (", and the figures of the " + " and the ".join(pages) if pages else "")
              + ". Click a picture for the full-screen view; choose a stage and tick *beside the previous stage* "
              "to compare.\n")
     html = (f'<div class="hd-gallery" data-total="{total}">' + _controls(stages)
