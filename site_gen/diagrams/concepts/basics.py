@@ -156,7 +156,7 @@ def ldmatrix_lanes(stage, stages):
                "8-15 of matrix 1, 16-23 of matrix 2, 24-31 of matrix 3; afterwards lane t holds row t/4, "
                "columns 2(t%4) and 2(t%4)+1 of every matrix.")
     cols = ("q", "k", "v", "s")
-    x0, y0 = 44, 70
+    x0, y0 = 44, 80
     for mi in range(4):
         mx, my = x0 + (mi // 2) * (8 * cell + 30), y0 + (mi % 2) * (8 * cell + 10)
         for r in range(8):
@@ -167,9 +167,9 @@ def ldmatrix_lanes(stage, stages):
             for k in range(8):
                 c.rect(mx + k * cell, my + r * cell, cell, cell, fill=cols[mi], stroke="bg", opacity=0.3, rx=0, sw=0.5)
                 c.text(mx + k * cell + cell / 2, my + r * cell + 16, str(r * 4 + k // 2), size=11, anchor="middle")
-    c.text(x0 - 30, y0 - 16, "16×16 tile in shared memory: numbers in cells = the lane that receives them;",
+    c.text(x0 - 30, y0 - 26, "16×16 tile in shared memory: numbers in cells = the lane that receives them;",
            size=12, weight="600")
-    c.text(x0 - 30, y0 - 1, "numbers beside the rows = the lane that gives that row's address", size=12, fill="muted")
+    c.text(x0 - 30, y0 - 9, "numbers beside the rows = the lane that gives that row's address", size=12, fill="muted")
     tx = 490
     c.lines(tx, 100, ["lanes 0–7   → rows of matrix 0",
                       "lanes 8–15  → rows of matrix 1",

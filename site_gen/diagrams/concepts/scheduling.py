@@ -226,25 +226,33 @@ def lpt(costs, machines):
 def longest_first(stage, stages):
     n, sms = 8, 3
     costs = [(i, i + 1) for i in range(n)]  # causal: query tile i visits i + 1 key tiles
-    plans = (("in order", lpt(costs, sms)),
+    plans = (("in launch order", lpt(costs, sms)),
              ("longest first", lpt(sorted(costs, key=lambda x: -x[1]), sms)))
-    unit = 24
-    c = canvas("longest-first", 110 + 2 * (sms * 24 + 40), "Longest-first scheduling of causal tiles",
-               f"{n} causal query tiles (tile i costs i + 1 KV iterations) on {sms} SMs: in launch order the "
-               "longest tiles start last and one SM finishes late; longest-first keeps the finish times even.")
+    worst = max(e for _, plan in plans for _, _, e, _ in plan)
+    x0 = 70
+    unit = (860 - x0 - 30) / worst
+    c = canvas("longest-first", 110 + 2 * (sms * 28 + 44) + 80, "Longest-first scheduling of causal tiles",
+               f"{n} causal query tiles (tile i costs i + 1 KV iterations) on {sms} persistent CTAs: in launch "
+               "order the longest tiles start last and one SM finishes late; longest first, claimed from a "
+               "counter at run time, keeps the finish times even.")
     y = 50
     for label, plan in plans:
         span = max(e for _, _, e, _ in plan)
-        c.text(12, y + 12, f"{label}: finishes at {span}", size=12, weight="600")
-        y += 20
+        c.text(12, y + 12, f"{label}: the last SM finishes at {span} iterations", size=12, weight="600")
+        y += 22
         for m in range(sms):
-            c.text(12, y + 16, f"SM {m}", size=12)
+            c.text(12, y + 17, f"SM {m}", size=12)
             for mm, s, e, job in plan:
                 if mm == m:
-                    box(c, 70 + s * unit, y, (e - s) * unit - 2, 20, f"q{job}", fill="q", stroke="q",
+                    box(c, x0 + s * unit, y, (e - s) * unit - 2, 24, f"q{job} · {job + 1}", fill="q", stroke="q",
                         opacity=0.15 + 0.08 * job, size=12)
-            y += 24
-        y += 20
-    c.text(500, 80, "dynamic: an atomic counter hands out the next tile", size=12)
-    c.text(500, 100, "L2-aware: tiles of one head run close in time", size=12)
+            y += 28
+        c.line(x0 + span * unit, y - 3 * 28 - 4, x0 + span * unit, y, stroke="bar", sw=1.5, dash="4 3")
+        y += 22
+    c.text(12, y + 4, "A box: query tile q and the KV iterations it costs (the diagonal makes later tiles longer).",
+           size=12, fill="muted")
+    c.text(12, y + 24, "Stage 18: tiles numbered longest first within groups of heads whose K and V fit in L2;",
+           size=12, fill="muted")
+    c.text(12, y + 42, "the producer claims the next with an atomic counter and hands its id to the consumers.",
+           size=12, fill="muted")
     return done(c, stage, "Greedy list scheduling of the example costs, computed, not drawn by hand.")
