@@ -57,7 +57,7 @@ def regressions(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return out
 
 
-def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None):
+def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None, legend_right=False):
     labels = dict(data["stages"])
     step = (x1 - x0) / len(numbers)
 
@@ -101,7 +101,8 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend
                 c.rect(x(n) - 3, y(v) - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
         ends.append((shape, pts[-1]))
     # The shapes' legend, where no line runs (given as a value, or the panel's top).
-    lx = x0 + 12
+    width = sum(30 + text_width(sh, 12, bold=True) + 18 for sh, _ in ends)
+    lx = x1 - width if legend_right else x0 + 12
     ly = y(legend_at) if legend_at is not None else y0 + 12
     for shape, _ in ends:
         colour, sw, marker = SHAPE_STYLE[shape]
@@ -142,9 +143,9 @@ def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
     x0, x1 = 84, W - 150
     y0 = 60
     if numbers:
-        early = [v for pts in data["series"][False].values() for n, v in pts if n in numbers[:4]]
+        # the legend bottom right: the late stages are far above it
         _panel(c, data, False, x0, x1, y0, y0 + h1, ymax, numbers, "non-causal: every stage",
-               legend_at=(max(early) + ymax * 0.45) / 2 + ymax * 0.1 if early else None)
+               legend_at=ymax * 0.12, legend_right=True)
     y = y0 + h1 + below + 40
     if causal:
         width = min(x1 - x0, 90 * len(causal) + 60)
