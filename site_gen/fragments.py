@@ -14,6 +14,9 @@ import re
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _PLACEHOLDER_RE = re.compile(r'<div class="hd-slot" data-slot="([a-z0-9][a-z0-9_.-]*)"></div>')
+# A hand-written page's image of a generated figure, as Python-Markdown writes it (alone in a paragraph).
+_FIGURE_IMG_RE = re.compile(r'<p>\s*<img alt="[^"]*" src="(?:\.\./)*assets/generated/diagrams/([a-z0-9-]+)\.svg"'
+                            r'\s*/?>\s*</p>')
 
 
 class FragmentError(RuntimeError):
@@ -27,7 +30,8 @@ def placeholder(name: str) -> str:
 
 
 def fill(html: str, fragments: dict[str, str]) -> str:
-    """Replace every placeholder in ``html`` with its fragment."""
+    """Replace every placeholder in ``html`` with its fragment, and every image of a generated figure
+    that a hand-written page shows with the inline figure (site_gen/pages/docs_figures.py)."""
 
     def one(match: re.Match) -> str:
         try:
@@ -35,4 +39,7 @@ def fill(html: str, fragments: dict[str, str]) -> str:
         except KeyError:
             raise FragmentError(f"no fragment '{match.group(1)}' was generated for this page") from None
 
-    return _PLACEHOLDER_RE.sub(one, html)
+    def image(match: re.Match) -> str:
+        return fragments.get(f"docfig-{match.group(1)}", match.group(0))
+
+    return _FIGURE_IMG_RE.sub(image, _PLACEHOLDER_RE.sub(one, html))

@@ -35,14 +35,20 @@ def inline_markdown(text: str) -> str:
     return markdown.markdown(text, extensions=["attr_list"], output_format="html")
 
 
-def figure(fig_id: str, svg: str, caption: str, title: str, full_size: str | None = None) -> str:
+def figure(fig_id: str, svg: str, caption: str, title: str, full_size: str | None = None, *,
+           kind: str = "", stage: int | None = None) -> str:
     """An inline SVG with its caption; inline so the diagram follows the theme's CSS variables.
-    ``full_size``: URL of the standalone file, linked for zooming in."""
+    ``full_size``: URL of the standalone file. The full-screen button is wired by
+    docs/assets/javascripts/figures.js (it opens the figure at a size its text can be read at)."""
     cap = inline_markdown(caption) if caption.strip() else ""
+    links = '<button class="hd-zoom" type="button" title="Show at full size, pan and zoom">Full screen</button>'
     if full_size:
-        cap += (f'<p class="hd-figure-links"><a href="{esc(full_size)}" target="_blank" rel="noopener">'
-                "Open full size</a></p>")
-    return (f'<figure class="hd-figure" id="fig-{esc(fig_id)}" aria-label="{esc(title)}">\n'
+        links += f' · <a href="{esc(full_size)}" target="_blank" rel="noopener">SVG file</a>'
+    cap += f'<p class="hd-figure-links">{links}</p>'
+    data = f' data-kind="{esc(kind)}"' if kind else ""
+    if stage is not None:
+        data += f' data-stage="{stage:02d}"'
+    return (f'<figure class="hd-figure" id="fig-{esc(fig_id)}"{data} aria-label="{esc(title)}">\n'
             f'<div class="hd-figure-svg">{svg.strip()}</div>\n<figcaption>{cap}</figcaption>\n</figure>')
 
 

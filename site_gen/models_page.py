@@ -213,8 +213,11 @@ def render(records: dict) -> str:
             "with every backend on the same weights.\n\n" + USAGE + "\n")
     found = _records(records)
     if not found or not any(r["models"] for _, r in found):
-        page += ("## Measured\n\nNo model runs are recorded yet. On a GPU machine: `nox -s bench_models` "
-                 "(or `python -m bench.models`) writes `bench/results/models-<gpu>.json`.\n\n")
+        page += ("## Measured\n\n**Not measured yet.** No model runs are recorded yet: the model benchmark has not "
+                 "run on a GPU. `nox -s bench_models` on an H200 (or `python -m bench.models`) writes the record, "
+                 "`bench/results/models-<gpu>.json`; this page then shows, per model and backend, the time of a "
+                 "whole step and of its attention calls, the outputs' error against SDPA, and which calls "
+                 "hopattn served.\n\n")
     for slug, record in found:
         if not record["models"]:
             continue

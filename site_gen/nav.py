@@ -17,6 +17,8 @@ def nav(docs_dir: Path, generated: list[str]) -> list:
     ordered = [n for n in PREFERRED if n in hand] + [n for n in hand if n not in PREFERRED]
     stages = sorted(p for p in generated if p.startswith("stages/"))
     out: list = [{"Overview": "index.md"}, *ordered]
+    if "models.md" in generated:
+        out.append("models.md")
     if stages:
         out.append({"Stages": stages})
     if "gallery.md" in generated:

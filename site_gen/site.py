@@ -16,18 +16,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopattn import lineage
+from hopattn import lineage, model_records
 
-from . import fragments, inputs
-from .benchmark_section import chart, model_vs_measured, tables
+from . import fragments, inputs, models_page
+from .benchmark_section import chart, headline, model_vs_measured, tables
 from .benchmark_section import section as benchmark
 from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
 from .compiler_section import section as compiler
-from .diagrams import Diagram, concept_diagrams, diagram, stage_diagrams, timeline_section
+from .diagrams import Diagram, concept_diagrams, diagram, doc_diagrams, stage_diagrams, timeline_section
 from .diagrams import section as diagrams
 from .diff_section import section as diff
-from .pages import gallery, overview, stage
+from .html import figure
+from .pages import docs_figures, gallery, overview, stage
 
 CHART = "assets/generated/progression.svg"
 PACKAGE = Path(__file__).resolve().parent
@@ -79,32 +80,42 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
     """Every generated file of the site from validated inputs; nothing is written."""
     site = Site()
     stages, root = inp.stages, inp.root
-    every_diagram = []  # for the gallery, in site order
+    drawn: dict = {}  # stage number -> (stage, its diagrams), for "unchanged since" and the gallery
     specs = [[st.name, st.spec_path.read_text()] for st in stages]  # all the diagrams are drawn from
     for i, s in enumerate(stages):
         prev = stages[i - 1] if i else None
         nxt = stages[i + 1] if i + 1 < len(stages) else None
         with naming(f"the diagrams of stage {s.name}", s.spec_path, root):
             mine = _diagrams(s, stages, specs, cache)
-            every_diagram += mine
-            diagrams_md = diagrams.stage_section(s, [d for d in mine if d.kind != "timeline"], site)
+            drawn[s.number] = (s, mine)
+            lead = stage.lead_for(s, mine)
+            parts = diagrams.stage_parts(s, mine, drawn, lead, site)
+            lead_md = diagrams.lead_figure(mine, lead, site)
         with naming(f"the timeline of stage {s.name}", root / "bench" / "results" / "traces", root):
-            diagrams_md += timeline_section.stage_section(s, prev, inp, site, cache)  # measured + model
+            parts["timeline"] = timeline_section.stage_section(s, prev, inp, site, cache)  # measured + model
         with naming(f"the diff of stage {s.name}", s.kernel_path, root):
             diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache))
         with naming(f"the compiler section of stage {s.name}", s.kernel_path, root):
             compiler_md = compiler.compiler_section(s, prev, inp.facts_of)
         with naming(f"the benchmark section of stage {s.name}", root / "bench" / "results", root):
             benchmark_md = benchmark.stage_section(s, prev, inp.hashes, inp.results)
+            cards = headline.headline(s, prev, inp.hashes, inp.results)
+            headline_md = site.add_fragment(f"headline-{s.name}", cards) if cards else ""
         with naming(f"the page of stage {s.name}", s.notes_path, root):
             site.pages[f"stages/{s.name}.md"] = stage.stage_page(
-                s, prev, nxt, diff_html=diff_md, diagrams_md=diagrams_md, compiler_md=compiler_md,
-                benchmark_md=benchmark_md)
+                s, prev, nxt, diff_html=diff_md, diagram_parts=parts, compiler_md=compiler_md,
+                benchmark_md=benchmark_md, headline_md=headline_md, lead_md=lead_md)
 
     with naming("the overview", root / "bench" / "results", root):
         site.pages["index.md"] = _overview(inp, site, cache)
+    with naming("the figures of the hand-written pages", root / "docs", root):
+        docs = _doc_diagrams(stages, specs, cache)
+        everything = {d.id: d for _s, mine in drawn.values() for d in mine} | {d.id: d for d in docs}
+        docs_figures.add([everything[i] for i in docs_figures.referenced(root / "docs") if i in everything], site)
     with naming("the gallery", root / "docs", root):
-        site.pages["gallery.md"] = gallery.gallery_page(stages, every_diagram, site)
+        site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs, root / "docs")
+    with naming("the page of the models", root / "bench" / "results", root):
+        site.pages["models.md"] = models_page.render(model_records.load_all(root / "bench" / "results"))
     return site
 
 
@@ -120,23 +131,30 @@ def _diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
     return [Diagram(**d) for d in drawn]
 
 
+def _doc_diagrams(stages, specs: list, cache: DiskCache) -> list[Diagram]:
+    def make():
+        return [dataclasses.asdict(d) for d in doc_diagrams(stages)]
+
+    drawn = cache.get("doc-diagrams", [specs], make, code=[Path(diagram.__file__).parent], libraries=["svgwrite"])
+    return [Diagram(**d) for d in drawn]
+
+
 def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
     main = inp.results[0] if inp.results else None
     chart_md = None
     if main is not None:
         data = chart.progression_data(inp.stages, main)
-        parts = [data["series"][False], data["series"][True], data["refs"][False], data["refs"][True], data["stages"]]
-        svg = cache.get("chart", parts, lambda: chart.progression_svg(data),
-                        code=[Path(chart.__file__)], libraries=["matplotlib"])
-        if svg:
-            site.add_asset(CHART, svg)
-            chart_md = (f"![TFLOP/s per stage, one line per shape; left non-causal, right causal]({CHART})"
-                        f'{{ .hd-chart width="{int(chart.WIDTH_IN * 72)}" height="{int(chart.HEIGHT_IN * 72)}" }}')
+        climb = chart.progression_diagram(data, main.gpu_name)
+        if climb is not None:
+            site.add_asset(CHART, climb.standalone)
+            chart_md = site.add_fragment("climb", figure(climb.id, climb.svg, climb.caption, climb.title, CHART,
+                                                         kind="chart"))
     docs = inp.root / "docs"
     return overview.index_page(
         inp.stages,
         numbers_md=tables.overview_tables(inp.stages, inp.hashes, main) if main else "",
         chart=chart_md,
+        users_md=tables.users_tables(inp.stages, inp.hashes, main) if main else "",
         environment_md="\n".join(f"**{n.gpu_name}** (`bench/results/{n.gpu}.json`)\n\n"
                                  + tables.environment(n, inp.hashes) for n in inp.results),
         compiler_md=compiler_overview.overview_table(inp.stages, inp.facts_of),

@@ -143,3 +143,51 @@ def test_independent_of_svgwrites_global_counter(stages, diagrams):
         d.add(d.rect()).get_id()  # advances the process-wide id counter
     assert [x.svg for x in all_diagrams(stages[:4])] == [x.svg for x in diagrams
                                                                   if x.stage is not None and x.stage <= 4]
+
+
+def _every_drawing(stages):
+    from hopattn.records import results
+
+    from site_gen.benchmark_section import chart
+    from site_gen.diagrams import doc_diagrams
+
+    out = all_diagrams(stages) + doc_diagrams(stages)
+    nums = results.load_indexed(ROOT / "bench" / "results")
+    if nums:
+        out.append(chart.progression_diagram(chart.progression_data(stages, nums[0]), nums[0].gpu_name))
+    return out
+
+
+def test_no_text_is_clipped_or_overlapping(stages):
+    """Every text of every figure inside the viewBox and clear of the others (estimated from Arial's
+    widths; the browser test measures the rendered ones)."""
+    from site_gen.diagrams.svg import text_problems
+
+    for d in _every_drawing(stages):
+        if d.kind == "timeline":  # the timeline module's own checks
+            continue
+        assert text_problems(d.svg, d.width, d.height) == [], d.id
+
+
+def test_text_sizes(stages):
+    """Labels are at least 11 px at page width (the warp roles: 12 px); the pictures are drawn about
+    860 px wide, the width of the page's text column."""
+    for d in _every_drawing(stages):
+        if d.kind == "timeline":
+            continue
+        sizes = [float(x) for x in re.findall(r'font-size="([\d.]+)"', d.svg)]
+        assert min(sizes) >= (12 if d.kind == "roles" else 11), (d.id, min(sizes))
+
+
+def test_at_least_sixty_distinct_diagrams(stages):
+    from site_gen.diagrams import doc_diagrams
+    from site_gen.diagrams.section import distinct
+
+    every = all_diagrams(stages)
+    drawn = {s.number: (s, [d for d in every if d.stage == s.number]) for s in stages}
+    shown = distinct(stages, drawn) + doc_diagrams(stages)
+    assert len(shown) >= 60
+    assert len({d.svg for d in shown}) == len(shown)  # none a copy of another
+    # every stage page has at least one picture its predecessor's page does not
+    for s in stages[1:]:
+        assert any(d.stage == s.number for d in shown), s.name

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 import xml.etree.ElementTree as ET
 
 import pytest
 from hopattn import lineage
 
-from site_gen.diagrams import engines, facts, schedule
-from site_gen.diagrams.concepts import CONCEPTS, scheduling
+from site_gen.diagrams import engines, facts, protocol, schedule
+from site_gen.diagrams.concepts import CONCEPTS, basics, hopper, scheduling
 from site_gen.diagrams.concepts.scheduling import causal_blocks, lpt, tile_shape, wgmma_smem_bytes_per_clk
-from site_gen.diagrams.memory import memory_diagram, plan
+from site_gen.diagrams.memory import memory_diagram, per_thread, plan
+from site_gen.diagrams.memory import signature as memory_signature
 from site_gen.diagrams.roles import roles_diagram
 from site_gen.diagrams.svg import fmt_bytes
 from site_gen.diagrams.timeline import iterations_for, timeline_diagram
@@ -119,24 +121,120 @@ def test_cyclic_schedule_is_reported():
 @pytest.mark.parametrize("stage", STAGES, ids=IDS)
 def test_memory_bytes_are_spec_arithmetic(stage):
     m, n, d = stage.block_m, stage.block_n, stage.head_dim
-    cols = plan(stage)
-    assert cols["Q"]["cells"]["global"].lines[1] == f"bf16 · {fmt_bytes(m * d * 2)}"
-    assert cols["K"]["cells"]["global"].lines[1] == f"bf16 · {fmt_bytes(n * d * 2)}"
-    assert cols["S"]["cells"]["regs"].lines[1] == fmt_bytes(m * n * 4)
-    assert cols["P"]["cells"]["regs"].lines[1] == fmt_bytes(m * n * 2)
-    assert cols["O"]["cells"]["regs"].lines[1] == fmt_bytes(m * d * 4)
-    k_in = next(a for a in cols["K"]["arrows"] if a.src == "l2")
+    rows = plan(stage)
+    assert rows["Q"].boxes["hbm"].lines[:2] == (f"Q {m}×{d}", fmt_bytes(m * d * 2))
+    assert rows["K"].boxes["hbm"].lines[:2] == (f"K {n}×{d}", fmt_bytes(n * d * 2))
+    assert "l2" in rows["Q"].boxes and "l2" in rows["K"].boxes and "l2" in rows["V"].boxes  # Q passes L2 too
+    pt = per_thread(stage)
+    assert rows["S"].boxes["regs"].lines[:2] == (f"S {pt['S']} × fp32", f"{pt['S'] * 4} B / thread")
+    assert rows["P"].boxes["regs"].lines[:2] == (f"P {pt['S']} × bf16", f"{pt['S'] * 2} B / thread")
+    assert rows["O"].boxes["regs"].lines[:2] == (f"O {pt['O']} fp32", f"{pt['O'] * 4} B / thread")
+    k_in = next(a for a in rows["K"].arrows if a.src == "l2")
     if facts.smem_of(stage, "K"):
-        assert k_in.lines[1] == f"{fmt_bytes(n * d * 2 // facts.cluster(stage))} / iter"
+        assert k_in.lines[1].startswith(f"{fmt_bytes(n * d * 2 // facts.cluster(stage))} / iter")
     else:
         warps = len(facts.role(stage, stage.schedule[0].role).warps)
-        assert k_in.lines[1] == f"{warps} warps × {fmt_bytes(n * d * 2)}"
-    svg = memory_diagram(stage, [stage]).svg
-    body = texts(svg)
-    for b in stage.smem:
-        assert any(t.startswith(f"{b.name}: {b.buffers} × [") and t.endswith(f"= {fmt_bytes(b.bytes)}") for t in body)
+        assert k_in.lines[1] == f"{warps} × {fmt_bytes(n * d * 2)}"
+    body = texts(memory_diagram(stage, [stage]).svg)
     if stage.smem:
-        assert f"Shared memory: {fmt_bytes(stage.smem_bytes)} of 227 KiB per block" in body
+        assert f"Shared memory of one CTA: {fmt_bytes(stage.smem_bytes)} of 227 KiB" in body
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=IDS)
+def test_registers_per_thread_are_the_kernels(stage):
+    """The register column is per thread: the kernel's own counts of S and O accumulators."""
+    c = stage.constants()
+    pt = per_thread(stage)
+    if "S_REGS" in c:  # wgmma stages: a consumer thread's fp32 of S and of O
+        assert (pt["S"], pt["O"]) == (c["S_REGS"], c["O_REGS"])
+        if "P_REGS" in c:
+            assert pt["S"] // 2 == c["P_REGS"]  # P packed two bf16 to a register
+    else:  # mma.sync: a warp's rows over its 32 lanes
+        assert pt["S"] == c["ROWS_PER_WARP"] * c["BLOCK_N"] // 32
+        assert pt["O"] == c["O_TILES"] * c["M_TILES"] * 4
+
+
+def test_p_goes_through_shared_memory_only_on_stage_08():
+    p8, p9 = plan(BY_NUMBER[8])["P"], plan(BY_NUMBER[9])["P"]
+    assert [(a.src, a.dst) for a in p8.arrows] == [("regs", "smem"), ("smem", "tensor")] and "smem" in p8.boxes
+    assert p8.arrows[1].below and "SS" in p8.arrows[1].lines[0]  # drawn under the register box, not through it
+    assert [(a.src, a.dst) for a in p9.arrows] == [("regs", "tensor")] and "RS" in p9.arrows[0].lines[0]
+
+
+def test_pictures_that_must_differ_do_and_unchanged_ones_say_so():
+    def sig(n):
+        return memory_signature(BY_NUMBER[n])
+    # the causal / any-length / BSHD stage shows its 4-D boxes and masks; the others change too
+    for a, b in ((4, 5), (10, 11), (15, 16), (16, 17), (17, 18), (19, 20)):
+        assert sig(a) != sig(b), (a, b)
+    assert any("4-D" in x.lines[0] for x in plan(BY_NUMBER[17])["K"].arrows if x.lines)
+    assert "masked tiles" in plan(BY_NUMBER[17])["S"].boxes["regs"].lines
+    # a stage whose memory movement did not change (softmax arithmetic, pingpong, descriptors) says so
+    for a, b in ((5, 6), (11, 12), (18, 19)):
+        assert sig(a) == sig(b), (a, b)
+    roles = {n: roles_diagram(BY_NUMBER[n], STAGES) for n in (11, 12, 18, 19)}
+    assert not roles[12].same_picture(roles[11]) and roles[19].same_picture(roles[18])
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=IDS)
+def test_protocol_rings_are_the_kernels(stage):
+    """Ring depths, registers and turn-taking drawn in the warp-roles figure against kernel.cu."""
+    c = stage.constants()
+    p = protocol.build(stage)
+    rings = {r.key: r for r in p.rings}
+    kv = [r for r in p.rings if r.per == "KV tile"]
+    for r in kv:
+        assert r.depth == c.get("KV_STAGES", 1), (r.key, r.depth)
+    if "Q_STAGES" in c:
+        assert rings["Q"].depth == c["Q_STAGES"]
+    if "SCHED_STAGES" in c:
+        assert rings["ID"].depth == c["SCHED_STAGES"]
+    else:
+        assert "ID" not in rings
+    for ln in p.lanes:
+        if ln.loads_only:
+            assert ln.registers == c["PRODUCER_REGS"]
+        elif "CONSUMER_REGS" in c:
+            assert ln.registers == c["CONSUMER_REGS"]
+    assert p.turns == ("PINGPONG_BAR" in c)
+    # every refill waits for the release of the tile its slot held one ring depth earlier
+    for sg in p.signals:
+        if sg.kind == "empty":
+            ring = rings[sg.ring]
+            assert sg.dst.tile - sg.src.tile == ring.depth, (sg.src.label, sg.dst.label)
+            assert sg.src.end <= sg.dst.start
+        if sg.kind in ("full", "turn"):
+            assert sg.src.end <= sg.dst.start
+
+
+def test_stage_11_ring_is_three_deep_in_the_picture():
+    p = protocol.build(BY_NUMBER[11])
+    empties = [sg for sg in p.signals if sg.kind == "empty"]
+    assert empties and {sg.dst.tile - sg.src.tile for sg in empties} == {3}
+    body = texts(roles_diagram(BY_NUMBER[11], STAGES).svg)
+    assert "3 × 32 KiB" in body and "slot 2" in body
+
+
+def test_wgmma_descriptor_values_are_the_kernels():
+    for n in (8, 9, 16, 19):
+        s = BY_NUMBER[n]
+        c = s.constants()
+        v = hopper.descriptor_values(s)
+        assert v["K"]["sbo"] == v["V"]["sbo"] == c["SWIZZLE_ATOM"]
+        assert v["V"]["lbo"] == c["BLOCK_N"] * c["BOX_COLS"] * 2
+        src = s.kernel_path.read_text()
+        # V's LBO and SBO as drawn: passed to make_smem_desc_sw128, or (stage 19) to desc_lo, whose SBO is fixed
+        assert ("BLOCK_N * BOX_COLS * 2, SWIZZLE_ATOM" in src
+                or ("BLOCK_N * BOX_COLS * 2)" in src and "make_smem_desc_sw128(smem_addr, lbo_bytes, SWIZZLE_ATOM)" in src))
+
+
+def test_online_softmax_example_is_the_softmax():
+    steps = basics.online_steps()
+    every = [x for tile in basics.EXAMPLE_SCORES for x in tile]
+    m = max(every)
+    assert steps[-1]["m"] == m
+    assert steps[-1]["l"] == pytest.approx(sum(math.exp(x - m) for x in every))
+    assert [st["grew"] for st in steps][1:] == [False, True, False]
 
 
 def test_mechanisms_come_from_the_spec():
@@ -154,8 +252,8 @@ def test_mechanisms_come_from_the_spec():
     # a 2-CTA cluster multicasting K/V (no stage has one; the diagrams draw it all the same)
     clustered = with_hints(fx[16], cluster=2)
     assert facts.cluster(clustered) == 2 and facts.cluster(fx[16]) == 1
-    labels = [a.lines[0] for a in plan(clustered)["K"]["arrows"] if a.lines]
-    assert "TMA multicast ×2" in labels
+    labels = [a.lines[0] for a in plan(clustered)["K"].arrows if a.lines]
+    assert any(lbl.startswith("TMA ×2 multicast") for lbl in labels)
 
 
 def test_causal_block_map_counts():

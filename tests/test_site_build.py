@@ -30,7 +30,10 @@ def test_fixture_site_builds_strict(site_root):
     assert 'class="hd-figure"' in page and "<svg" in page  # the diagrams, spliced in
     assert 'href="../01-baseline/"' in page and 'href="../03-ldmatrix/"' in page
     index = (site / "index.html").read_text()
-    assert re.search(r'<img[^>]+src="assets/generated/progression.svg"[^>]+width="720"', index)
+    # the climb is inline SVG in the site's fonts and colours, with its standalone file linked
+    assert re.search(r'<figure class="hd-figure" id="fig-climb"[^>]*>\s*<div class="hd-figure-svg"><svg', index)
+    assert 'href="assets/generated/progression.svg"' in index
+    assert (site / "models" / "index.html").is_file() and "Not measured yet" in (site / "models" / "index.html").read_text()
     assert (site / "assets" / "generated" / "progression.svg").is_file()
     assert (site / "assets" / "generated" / "diagrams" / "s02-memory.svg").is_file()
     assert (site / "assets" / "javascripts" / "mathjax" / "tex-svg.js").stat().st_size > 1_000_000

@@ -22,7 +22,7 @@ def render(root, **kw):
 def test_pages_and_anchors(site_root):
     out = render(site_root)
     stages = lineage.discover(site_root / "kernels" / "attention")
-    assert sorted(out.pages) == ["gallery.md", "index.md", *[f"stages/{s.name}.md" for s in stages]]
+    assert sorted(out.pages) == ["gallery.md", "index.md", "models.md", *[f"stages/{s.name}.md" for s in stages]]
     assert "assets/generated/progression.svg" in out.assets
     assert {f"diff-{s.name}" for s in stages} <= set(out.fragments)
     second = stages[1]
@@ -37,6 +37,19 @@ def test_pages_and_anchors(site_root):
     assert f"[← 01 · {stages[0].title}](01-baseline.md)" in page and f"[03 · {stages[2].title} →](03-ldmatrix.md)" in page
     # the diff lives in a fragment the hook splices in after Markdown (site_gen/fragments.py)
     assert fragments.placeholder(f"diff-{second.name}") in page
+
+
+def test_a_stage_page_opens_with_its_change_numbers_and_figure(site_root):
+    out = render(site_root)
+    page = out.pages["stages/02-smem-tiles.md"]
+    change, cards, lead, notes = (page.index("The one change"), page.index("headline-02-smem-tiles"),
+                                  page.index("fig-s02-memory"), page.index("## Diagrams"))
+    assert change < cards < lead < notes  # the figure before the prose
+    assert "over stage 01" in out.fragments["headline-02-smem-tiles"]
+    assert "Drawn at the top of this page" in page  # not drawn twice
+    assert '??? info "Every task of every role (stage.toml)"' in page
+    third = out.pages["stages/03-ldmatrix.md"]
+    assert "Unchanged since [stage 02](02-smem-tiles.md#roles)" in third  # the roles did not change in 03
 
 
 def test_diff_contents(site_root):
@@ -114,7 +127,7 @@ def test_nav_orders_pages(site_root):
     for name in ("method.md", "introduction.md", "zebra.md"):
         (site_root / "docs" / name).write_text("# x\n")
     assert nav.nav(site_root / "docs", sorted(out.pages)) == [
-        {"Overview": "index.md"}, "introduction.md", "method.md", "zebra.md",
+        {"Overview": "index.md"}, "introduction.md", "method.md", "zebra.md", "models.md",
         {"Stages": ["stages/01-baseline.md", "stages/02-smem-tiles.md", "stages/03-ldmatrix.md"]}, "gallery.md"]
 
 
@@ -123,7 +136,7 @@ def test_command_line(site_root, tmp_path):
                          cwd=REPO, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300,
                          check=False)
     assert run.returncode == 0, run.stderr
-    assert "site_gen: 5 pages" in run.stdout
+    assert "site_gen: 6 pages" in run.stdout
     assert (tmp_path / "out" / "stages" / "02-smem-tiles.md").read_text() == render(site_root).pages["stages/02-smem-tiles.md"]
 
 

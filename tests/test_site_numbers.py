@@ -5,7 +5,7 @@ import pytest
 from hopattn import lineage
 from hopattn.records import results
 
-from site_gen.benchmark_section import chart, tables
+from site_gen.benchmark_section import chart, headline, tables
 
 
 @pytest.fixture
@@ -20,7 +20,8 @@ def test_stage_table_numbers_ratios_and_stale_mark(inputs):
     first = nums.stage("01", "8k", False)
     fresh = tables.stage_table(stages[0], None, hashes, nums)
     assert "stale" not in fresh and f"| 8k | **{first['tflops']:.1f}**" in fresh
-    assert f"{first['ratios']['fa4']:.2f}×" in fresh
+    for key, ratio in first["ratios"].items():  # every reference peer of its run, and only those
+        assert f"{ratio:.2f}×" in fresh, key
     second = nums.stage("02", "8k", False)
     table = tables.stage_table(stages[1], stages[0], hashes, nums)
     assert "| vs 01 |" in table and f"{second['tflops'] / first['tflops']:.2f}×" in table
@@ -28,7 +29,7 @@ def test_stage_table_numbers_ratios_and_stale_mark(inputs):
     old = dict(hashes, **{"02": "0" * 16})  # as if stage 02 had changed since it was measured
     stale = tables.stage_table(stages[1], stages[0], old, nums)
     assert "hd-stale" in stale and "0" * 16 in stale
-    assert "| 8k causal | skipped |" in table and "no causal support" in table
+    assert "8k causal" in table and "Not run (" in table and "| 8k causal | skipped |" not in table
 
 
 def test_overview_tables_list_every_stage_and_the_references(inputs):
@@ -36,9 +37,43 @@ def test_overview_tables_list_every_stage_and_the_references(inputs):
     md = tables.overview_tables(stages, hashes, nums)
     for s in stages:
         assert f"(stages/{s.name}.md)" in md
-    assert "FlashAttention-4 (CuTe DSL)" in md and "cuDNN (torch SDPA)" in md
-    # no fixture stage has a causal path: one sentence with the peers' causal numbers for reference
-    assert "**Causal**: no stage has a measured causal number yet. For reference, causal TFLOP/s" in md
+    peers = {e["label"] for e in nums.data["results"] if e["kind"] == "peer" and e["status"] == "ok"
+             and e["shape"] in ("4k", "8k", "16k")}
+    for label in peers:
+        assert f"*{label}*" in md
+    assert "in the same run" in md
+    # the users' shapes are not in the lineage table
+    assert "512x64" not in md and "32k" not in md.split("\n")[1]
+
+
+def test_every_ratio_is_to_a_peer_of_the_same_run():
+    """The headline and the tables name the fastest reference peer of the entry's own run."""
+    real = lineage.discover()
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    hashes = {s.id: s.source_hash() for s in real}
+    by = {s.number: s for s in real}
+    e19 = nums.stage("19", "8k", False)
+    assert headline.best_peer(e19) == ("fa3", e19["ratios"]["fa3"])  # FA3 ran with 19 in one run
+    cards = headline.headline(by[19], by[18], hashes, [nums])
+    assert f"{e19['ratios']['fa3']:.3f}× FlashAttention-3, same run" in cards
+    assert "timed in another run" in cards  # 18 and 19 come from different runs
+    e18 = nums.stage("18", "8k", False)
+    assert set(e18["ratios"]) == {"cudnn"}  # FA3 did not run in 18's run: no ratio to it
+    assert f"{e18['ratios']['cudnn']:.3f}× cuDNN, same run" in headline.headline(by[18], by[17], hashes, [nums])
+    assert "no causal path" in headline.headline(by[12], by[11], hashes, [nums])
+    md = tables.overview_tables(real, hashes, nums)
+    assert f"{e19['ratios']['fa3']:.2f}× FA3" in md and f"{e18['ratios']['cudnn']:.2f}× cuDNN" in md
+
+
+def test_users_shapes_table():
+    real = lineage.discover()
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    md = tables.users_tables(real, {s.id: s.source_hash() for s in real}, nums)
+    for shape in ("32k", "512x64", "odd", "512x32k", "8k-bshd", "8k-gqa"):
+        assert f"`{shape}`" in md
+    assert "a single long sequence" in md and "B1 H16 L32768 D128" in md
+    assert "(stages/17-causal.md)" in md and "(stages/16-tile-shape.md)" not in md  # the full-contract stages
+    assert "wrong" in md  # cuDNN's wrong causal 512x32k result says so instead of a number
 
 
 def test_environment_names_gpu_and_software(inputs):
@@ -57,13 +92,28 @@ def test_chart_is_deterministic_svg(inputs):
     data = chart.progression_data(stages, nums)
     assert [x for x, _ in data["series"][False]["8k"]] == [1, 2, 3]
     assert data["series"][True] == {}  # every causal entry skipped
-    a, b = chart.progression_svg(data), chart.progression_svg(data)
-    assert a == b and a.lstrip().startswith("<?xml") and "<svg" in a
-    assert "dc:date" not in a
+    a, b = chart.progression_diagram(data, "GPU"), chart.progression_diagram(data, "GPU")
+    assert a == b and a.svg.startswith("<svg") and "var(--hd-" in a.svg and ">causal:" not in a.svg
+    assert "01 Baseline" in a.svg  # stage names on the axis
+
+
+def test_chart_marks_regressions_and_labels_peers():
+    real = lineage.discover()
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    data = chart.progression_data(real, nums)
+    drops = dict(chart.regressions(data["series"][False]["8k"]))
+    assert 3 in drops and 11 in drops and 12 in drops  # 02 → 03, 10 → 11 → 12
+    d = chart.progression_diagram(data, nums.gpu_name)
+    for change in drops.values():
+        assert f"{change * 100:.0f} %" in d.svg
+    assert "FlashAttention-3 " in d.svg and "cuDNN " in d.svg
+    assert "causal: stages 17–20" in d.svg
 
 
 def test_no_numbers_no_chart():
-    assert chart.progression_svg({"series": {False: {}, True: {}}, "refs": {False: {}, True: {}}, "stages": []}) is None
+    empty = {"series": {False: {}, True: {}}, "refs": {False: {}, True: {}}, "runs": {False: {}, True: {}},
+             "stages": []}
+    assert chart.progression_diagram(empty, "GPU") is None
 
 
 def test_ratio_to_previous_stage_from_another_run_is_marked(inputs):
@@ -80,8 +130,8 @@ def test_causal_stages_without_a_path_fold_into_one_sentence():
     stages = lineage.discover()  # the real lineage: only its later stages have a causal path
     nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
     md = tables.overview_tables(stages, {s.id: s.source_hash() for s in stages}, nums)
-    causal = md[md.index("**Causal**"):]
     without = [s for s in stages if not s.causal]
-    assert f"Stages {tables._id_ranges([s.id for s in without])} have no causal path" in causal
-    assert all(f"(stages/{s.name}.md)" not in causal for s in without)
+    assert f"Stages {tables._id_ranges([s.id for s in without])} have no causal path" in md
+    row = next(line for line in md.splitlines() if "(stages/01-baseline.md)" in line)
+    assert row.count("| – ") == 3  # no causal numbers: a dash, not "skipped"
     assert tables._id_ranges(["01", "02", "03", "07", "09", "10"]) == "01–03, 07, 09–10"

@@ -1,27 +1,37 @@
-"""The progression chart: TFLOP/s per stage, one line per shape, non-causal and causal side by side.
+"""The climb: TFLOP/s per stage as inline SVG in the site's fonts and theme colours (the diagrams'
+Canvas), one line per shape, the stage names on the axis, the reference peers as labelled dashed
+lines, the regressions annotated; the causal panel covers only the stages that have a causal path.
 
-Deterministic SVG: fixed hash salt (element ids), no date in the metadata, the bundled DejaVu font
-drawn as paths, fixed size. The background stays transparent and text and axes use a mid grey, so
-one file reads on both the light and the dark theme when shown as <img>.
+Pure function of the results: the same numbers give the same bytes.
 """
 
 from __future__ import annotations
 
-import io
-
 from hopattn.records.results import GpuResults
 
-WIDTH_IN, HEIGHT_IN = 10.0, 4.0  # 720 x 288 pt
-SHAPE_COLOURS = ("#3b6fd6", "#e07b39", "#2a9d6f", "#b4469b", "#8a8a2a")
-INK = "#8c8c8c"
+from ..diagrams.diagram import Diagram
+from ..diagrams.svg import Canvas, text_width
+
+W = 860
+SHAPES = ("4k", "8k", "16k")  # the climb's shapes (the users' shapes have their own table)
+HEADLINE = "8k"
+PEERS = (("fa3", "FlashAttention-3", "8 4"), ("fa4", "FlashAttention-4", "2 3"), ("cudnn", "cuDNN", "10 3 2 3"))
+SHAPE_STYLE = {"4k": ("muted", 1.4, "circle"), "8k": ("tensor", 2.4, "circle"), "16k": ("s", 1.4, "square")}
+REGRESSION = 0.01  # a drop of more than 1 % at the headline shape is annotated
+
+
+def short_name(stage) -> str:
+    return stage.title.split(":")[0]
 
 
 def progression_data(stages, nums: GpuResults) -> dict:
-    """{causal: {shape: [(stage number, tflops)]}} plus the reference (FA4) TFLOP/s per line."""
+    """{"series": {causal: {shape: [(stage number, tflops)]}}, "refs": {causal: {peer: {shape: tflops}}},
+    "runs": {causal: {peer: run id}}, "stages": [(number, label)]}."""
     series: dict = {False: {}, True: {}}
     refs: dict = {False: {}, True: {}}
+    runs: dict = {False: {}, True: {}}
     for causal in (False, True):
-        for shape in nums.shapes():
+        for shape in SHAPES:
             pts = []
             for s in stages:
                 e = nums.stage(s.id, shape, causal)
@@ -29,63 +39,127 @@ def progression_data(stages, nums: GpuResults) -> dict:
                     pts.append((s.number, float(e["tflops"])))
             if pts:
                 series[causal][shape] = pts
-            peer = nums.peer("fa4", shape, causal)
-            if peer is not None and peer["status"] == "ok":
-                refs[causal][shape] = float(peer["tflops"])
-    return {"series": series, "refs": refs, "stages": [s.number for s in stages]}
+            for key, _label, _dash in PEERS:
+                p = nums.peer(key, shape, causal)
+                if p is not None and p["status"] == "ok":
+                    refs[causal].setdefault(key, {})[shape] = float(p["tflops"])
+                    runs[causal][key] = p["run_id"]
+    return {"series": series, "refs": refs, "runs": runs,
+            "stages": [(s.number, f"{s.id} {short_name(s)}") for s in stages]}
 
 
-def progression_svg(data: dict) -> str | None:
-    """The chart as SVG text, or None when nothing was measured."""
-    if not any(data["series"][c] for c in (False, True)):
+def regressions(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """(stage number, relative change) where a stage is slower than the one before it."""
+    out = []
+    for (n0, a), (n1, b) in zip(points, points[1:]):
+        if n1 == n0 + 1 and b < a * (1 - REGRESSION):
+            out.append((n1, b / a - 1))
+    return out
+
+
+def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None, legend_right=False):
+    labels = dict(data["stages"])
+    step = (x1 - x0) / len(numbers)
+
+    def x(n):
+        return x0 + (numbers.index(n) + 0.5) * step
+
+    def y(v):
+        return y1 - (y1 - y0) * (v - ymin) / (ymax - ymin)
+    c.text(x0, y0 - 12, title, size=13, weight="700")
+    for tick in range(int(ymin), int(ymax) + 1, 100):
+        c.line(x0, y(tick), x1, y(tick), stroke="grid", sw=0.8)
+        c.text(x0 - 6, y(tick) + 4, str(tick), size=12, anchor="end", fill="muted")
+    c.line(x0, y1, x1, y1, stroke="stroke")
+    for n in numbers:
+        c.text(x(n) + 4, y1 + 18, labels[n], size=12, anchor="end", rotate=-40, fill="fg")
+    # Peers: dashed, labelled at the right end (8k).
+    placed = []
+    for key, label, dash in PEERS:
+        v = data["refs"][causal].get(key, {}).get(HEADLINE)
+        if v is None:
+            continue
+        c.line(x0, y(v), x1, y(v), stroke="fg", sw=1.3, dash=dash)
+        ly = y(v) + 4
+        while any(abs(ly - p) < 15 for p in placed):
+            ly += 15
+        placed.append(ly)
+        c.text(x1 + 6, ly, f"{label} {v:.0f}", size=12, fill="fg")
+        c.line(x1 + 6, ly + 5, x1 + 6 + text_width(f"{label} {v:.0f}", 12), ly + 5, stroke="fg", sw=1, dash=dash)
+    # Shapes: one line each, labelled where it ends.
+    ends = []
+    for shape in SHAPES:
+        pts = [(n, v) for n, v in data["series"][causal].get(shape, []) if n in numbers]
+        if not pts:
+            continue
+        colour, sw, marker = SHAPE_STYLE[shape]
+        c.path([(x(n), y(v)) for n, v in pts], stroke=colour, sw=sw)
+        for n, v in pts:
+            if marker == "circle":
+                c.circle(x(n), y(v), 3.2, fill=colour, stroke="bg", sw=0.8)
+            else:
+                c.rect(x(n) - 3, y(v) - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+        ends.append((shape, pts[-1]))
+    # The shapes' legend, where no line runs (given as a value, or the panel's top).
+    width = sum(30 + text_width(sh, 12, bold=True) + 18 for sh, _ in ends)
+    lx = x1 - width if legend_right else x0 + 12
+    ly = y(legend_at) if legend_at is not None else y0 + 12
+    for shape, _ in ends:
+        colour, sw, marker = SHAPE_STYLE[shape]
+        c.line(lx, ly, lx + 24, ly, stroke=colour, sw=sw)
+        if marker == "circle":
+            c.circle(lx + 12, ly, 3.2, fill=colour, stroke="bg", sw=0.8)
+        else:
+            c.rect(lx + 9, ly - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+        c.text(lx + 30, ly + 4, shape, size=12, weight="700", fill=colour)
+        lx += 30 + text_width(shape, 12, bold=True) + 18
+    # Regressions at the headline shape.
+    pts = [(n, v) for n, v in data["series"][causal].get(HEADLINE, []) if n in numbers]
+    values = dict(pts)
+    for n, change in regressions(pts):
+        c.text(x(n), y(values[n]) + 22, f"{change * 100:.0f} %", size=12, anchor="middle", fill="bar", weight="700",
+               cls="hd-text hd-halo")
+    return x, y
+
+
+def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
+    """The climb as a Diagram (inline figure and standalone file), or None when nothing was measured."""
+    if not data["series"][False] and not data["series"][True]:
         return None
-    import matplotlib  # heavy: imported only when a chart is actually drawn
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
-
-    rc = {"svg.hashsalt": "hopattn-progression", "svg.fonttype": "path", "font.family": "DejaVu Sans",
-          "font.size": 10, "text.color": INK, "axes.labelcolor": INK, "axes.edgecolor": INK,
-          "xtick.color": INK, "ytick.color": INK, "axes.facecolor": "none", "figure.facecolor": "none",
-          "savefig.facecolor": "none", "path.simplify": False}
-    with matplotlib.rc_context(rc):
-        fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
-        panels = [c for c in (False, True) if data["series"][c]]  # no empty causal panel
-        axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-        ymax = max([y for c in (False, True) for pts in data["series"][c].values() for _, y in pts]
-                   + [v for c in (False, True) for v in data["refs"][c].values()])
-        shapes = sorted({sh for c in (False, True) for sh in data["series"][c]},
-                        key=lambda sh: (len(sh), sh))
-        handles = {}
-        for ax, causal in zip(axes, panels):
-            for i, shape in enumerate(shapes):
-                colour = SHAPE_COLOURS[i % len(SHAPE_COLOURS)]
-                pts = data["series"][causal].get(shape)
-                if pts:
-                    xs, ys = zip(*pts)
-                    (line,) = ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.6, color=colour,
-                                      linestyle="-" if not causal else "--", label=shape)
-                    handles.setdefault(shape, line)
-                ref = data["refs"][causal].get(shape)
-                if ref is not None:
-                    ax.axhline(ref, color=colour, linewidth=0.8, linestyle=":", alpha=0.9)
-            ax.set_title("causal" if causal else "non-causal", color=INK)
-            ax.set_xlabel("stage")
-            ax.set_xticks(data["stages"])
-            ax.set_xticklabels([f"{n:02d}" for n in data["stages"]])
-            ax.set_xlim(min(data["stages"]) - 0.5, max(data["stages"]) + 0.5)
-            ax.set_ylim(0, ymax * 1.08)
-            ax.grid(True, axis="y", color=INK, alpha=0.25, linewidth=0.6)
-            for side in ("top", "right"):
-                ax.spines[side].set_visible(False)
-        # One legend outside the panels, so it never hides a line; dotted = the FA4 reference.
-        from matplotlib.lines import Line2D
-
-        items = [handles[sh] for sh in shapes if sh in handles]
-        items.append(Line2D([], [], color=INK, linestyle=":", linewidth=0.8, label="FA4, same shape"))
-        fig.legend(handles=items, loc="outside right upper", frameon=False, fontsize=9, title="shape",
-                   title_fontsize=9)
-        axes[0].set_ylabel("TFLOP/s")
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    return buf.getvalue()
+    all_values = [v for c in (False, True) for pts in data["series"][c].values() for _, v in pts]
+    all_values += [v for c in (False, True) for p in data["refs"][c].values() for v in p.values()]
+    ymax = max(100.0, (int(max(all_values) / 100) + 1) * 100)
+    numbers = [n for n, _ in data["stages"] if any(n == m for pts in data["series"][False].values() for m, _ in pts)]
+    causal = [n for n, _ in data["stages"] if any(n == m for pts in data["series"][True].values() for m, _ in pts)]
+    label_w = max((text_width(lbl, 12) for _, lbl in data["stages"]), default=60)
+    below = label_w * 0.66 + 24
+    h1 = 300
+    height = 40 + h1 + below + (40 + 220 + below if causal else 0) + 50
+    desc = (f"TFLOP/s of every stage on the {gpu_name} at 4k, 8k and 16k (non-causal), and of the stages with a "
+            "causal path (causal), with the reference peers' 8k numbers as dashed lines; drops from one stage to the "
+            "next at 8k are marked in per cent.")
+    c = Canvas("climb", W, int(height), "The climb: TFLOP/s per stage", desc)
+    c.heading("The climb: TFLOP/s per stage", f" ({gpu_name}, bf16, head dim 128)")
+    x0, x1 = 84, W - 150
+    y0 = 60
+    if numbers:
+        # the legend bottom right: the late stages are far above it
+        _panel(c, data, False, x0, x1, y0, y0 + h1, ymax, numbers, "non-causal: every stage",
+               legend_at=ymax * 0.12, legend_right=True)
+    y = y0 + h1 + below + 40
+    if causal:
+        width = min(x1 - x0, 90 * len(causal) + 60)
+        lowest = min(v for pts in data["series"][True].values() for n, v in pts if n in causal)
+        _panel(c, data, True, x0, x0 + width, y, y + 220, ymax, causal,
+               f"causal: stages {causal[0]:02d}–{causal[-1]:02d}, the ones with a causal path (axis from "
+               f"{int(lowest / 100) * 100 - 100})", ymin=max(0, int(lowest / 100) * 100 - 100))
+        y += 220 + below
+    c.text(12, y + 14, "Dashed lines: the reference peers at 8k, each labelled and dashed its own way.", size=12,
+           fill="muted")
+    c.text(12, y + 32, "Red per cent: slower than the stage before at 8k.", size=12, fill="muted")
+    c.height = int(y + 44)
+    runs = sorted({r for cz in (False, True) for r in data["runs"][cz].values()})
+    cap = ("Each stage's own entry, from the run that last timed it; the peers' lines are their numbers in run"
+           f"{'s' if len(runs) > 1 else ''} {', '.join(runs)}. Ratios to a peer are only ever taken within one run: "
+           "see the tables below and each stage's page.")
+    return Diagram("climb", "The climb: TFLOP/s per stage", "chart", None, c.tostring(), cap, W, c.height)

@@ -10,7 +10,10 @@ from __future__ import annotations
 from hopattn.records import results
 from hopattn.records.results import GpuResults
 
-REFERENCES = (("fa4", "FA4"), ("cudnn", "cuDNN"))  # the reference peers (results.REFERENCES) and their labels
+from .headline import PEER_NAMES, best_peer
+
+REFERENCES = (("fa3", "FA3"), ("fa4", "FA4"), ("cudnn", "cuDNN"))  # the reference peers (results.REFERENCES)
+CORE = ("4k", "8k", "16k")  # the climb's shapes; the others are the users' shapes (users_tables)
 STALE = '<span class="hd-stale" title="measured on older sources of this stage">stale</span>'
 CROSS_RUN = '<span class="hd-cross-run" title="the two stages were timed in different runs">†</span>'
 
@@ -24,15 +27,15 @@ def _ok(entry: dict | None) -> bool:
 
 
 def _cell(entry: dict | None, stale: bool) -> str:
-    """Overview cell: TFLOP/s in bold, ratios to the references below."""
+    """Overview cell: TFLOP/s in bold, below it the ratio to the fastest peer timed in the same run."""
     if entry is None:
         return ""
     if not _ok(entry):
         return f'<span class="hd-status" title="{_attr(entry.get("reason") or "")}">{entry["status"]}</span>'
-    ratios = entry.get("ratios") or {}
-    refs = " · ".join(_ratio(ratios.get(key)) for key, _ in REFERENCES)
+    best = best_peer(entry)
+    ref = f"{best[1]:.2f}× {dict(REFERENCES)[best[0]]}" if best else "no peer"
     mark = f" {STALE}" if stale else ""
-    return f'**{entry["tflops"]:.0f}**{mark}<br><small>{refs}</small>'
+    return f'**{entry["tflops"]:.0f}**{mark}<br><small>{ref}</small>'
 
 
 def _attr(text: str) -> str:
@@ -45,54 +48,100 @@ def md_cell(text: str) -> str:
 
 
 def overview_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
-    """The lineage table (non-causal numbers next to each change) and the causal table."""
-    shapes = nums.shapes()
-    refs = " · ".join(label for _, label in REFERENCES)
+    """The lineage table: every stage at 4k, 8k and 16k, non-causal and causal, each number with its ratio to
+    the fastest reference peer of its own run; the peers' own numbers below."""
+    shapes = [sh for sh in CORE if sh in nums.shapes()] or nums.shapes()[:3]
+    cols = [(sh, False) for sh in shapes] + [(sh, True) for sh in shapes]
+    cols = [(sh, cz) for sh, cz in cols if any(_ok(nums.stage(s.id, sh, cz)) for s in stages)
+            or any(_ok(nums.peer(k, sh, cz)) for k, _ in REFERENCES)]
+    out = ["TFLOP/s; below each: the ratio to the fastest reference peer timed **in the same run** as that entry "
+           "(> 1 is faster; FA3 = FlashAttention-3, FA4 = FlashAttention-4). A dash: not measured.\n"]
+    out.append("| Stage | " + " | ".join(f"{sh}{' causal' if cz else ''}" for sh, cz in cols) + " |")
+    out.append("|---|" + "---:|" * len(cols))
+    for s in stages:
+        link = f"[{s.id} · {md_cell(s.title.split(':')[0])}](stages/{s.name}.md)"
+        cells = []
+        for sh, cz in cols:
+            e = nums.stage(s.id, sh, cz)
+            if e is not None and e.get("status") == "skipped" and cz and not s.causal:
+                cells.append("–")
+                continue
+            cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])) or "–")
+        out.append(f"| {link} | " + " | ".join(cells) + " |")
+    for key in [k for k in results.PEERS]:
+        peers = [nums.peer(key, sh, cz) for sh, cz in cols]
+        if any(_ok(p) for p in peers):
+            title = next(p["label"] for p in peers if _ok(p))
+            out.append(f"| *{md_cell(title)}* | " + " | ".join(f"*{p['tflops']:.0f}*" if _ok(p) else "–" for p in peers)
+                       + " |")
+    out.append("")
+    missing = [PEER_NAMES.get(k, k) for k, _ in REFERENCES
+               if not any(_ok(nums.peer(k, sh, cz)) for sh, cz in cols)
+               and any(nums.peer(k, sh, cz) is not None for sh, cz in cols)]
+    if missing:
+        out.append(f"{' and '.join(missing)} did not run on the measuring machine "
+                   "(see [Where the numbers come from](#environment)); no ratio to it is shown.\n")
+    without = [s for s in stages if not s.causal]
+    if without and any(cz for _, cz in cols):
+        ids = _id_ranges([s.id for s in without])
+        out.append(f"Stage {ids} has no causal path.\n" if len(without) == 1 else f"Stages {ids} have no causal path.\n")
+    return "\n".join(out)
+
+
+def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
+    """The shapes users run beyond 4k, 8k and 16k, for the stages that ran them and the reference peers."""
+    shapes = [sh for sh in nums.shapes() if sh not in CORE]
+    ran = [s for s in stages if any(_ok(nums.stage(s.id, sh, cz)) for sh in shapes for cz in (False, True))]
+    if not shapes or not ran:
+        return ""
+    peers = [(k, label) for k, label in REFERENCES
+             if any(_ok(nums.peer(k, sh, cz)) for sh in shapes for cz in (False, True))]
+    absent = [k for k, _ in REFERENCES if (k, dict(REFERENCES)[k]) not in peers
+              and any(nums.peer(k, sh, cz) is not None for sh in shapes for cz in (False, True))]
+    skipped: dict[str, set[str]] = {}
     out = []
     for causal in (False, True):
-        rows = [s for s in stages if any(nums.stage(s.id, sh, causal) for sh in shapes)]
-        if causal and not rows:
-            continue
-        if causal and not any(_ok(nums.stage(s.id, sh, True)) for s in rows for sh in shapes):
-            # A table of "skipped" cells says less than one sentence.
-            peers = []
-            for key, label in REFERENCES:
-                vals = [nums.peer(key, sh, True) for sh in shapes]
-                if any(_ok(p) for p in vals):
-                    peers.append(f"{label} " + " / ".join(f"{p['tflops']:.0f}" if _ok(p) else "–" for p in vals))
-            ref = f" For reference, causal TFLOP/s ({' / '.join(shapes)}): {'; '.join(peers)}." if peers else ""
-            out.append(f"**Causal**: no stage has a measured causal number yet.{ref}\n")
-            continue
-        skipped = []
-        if causal:  # stages that only ever skipped causal (no causal path) become one sentence below
-            skipped = [s for s in rows if all((nums.stage(s.id, sh, True) or {}).get("status") in (None, "skipped")
-                                              for sh in shapes)]
-            rows = [s for s in rows if s not in skipped]
-        head = ["Stage", "The one change"] if not causal else ["Stage"]
-        out.append(f"**{'Causal' if causal else 'Non-causal'}** — TFLOP/s; below: ratio to {refs} "
-                   "measured in the same run (> 1 is faster).\n")
-        out.append("| " + " | ".join(head + shapes) + " |")
-        out.append("|" + "---|" * len(head) + "---:|" * len(shapes))
-        for s in (stages if not causal else rows):
-            link = f"[{s.id} · {md_cell(s.title)}](stages/{s.name}.md)"
-            cells = [link] + ([md_cell(s.change)] if not causal else [])
-            for sh in shapes:
+        out.append(f"**{'Causal' if causal else 'Non-causal'}**: TFLOP/s; below each stage's: the ratio to the "
+                   "fastest reference peer of the same run.\n")
+        head = ["Shape", "What it is"] + [f"[{s.id}](stages/{s.name}.md)" for s in ran] + [lbl for _, lbl in peers]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|---|---|" + "---:|" * (len(ran) + len(peers)))
+        for sh in shapes:
+            any_entry = next((e for e in [nums.stage(s.id, sh, causal) for s in ran] +
+                              [nums.peer(k, sh, causal) for k, _ in peers] if e is not None), None)
+            cells = [f"`{sh}`", md_cell(_what(sh, any_entry))]
+            for s in ran:
                 e = nums.stage(s.id, sh, causal)
-                cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])))
+                if e is not None and e["status"] == "skipped":
+                    skipped.setdefault(e.get("reason") or "skipped", set()).add(s.id)
+                    cells.append("–")
+                    continue
+                cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])) or "–")
+            for k, _ in peers:
+                p = nums.peer(k, sh, causal)
+                cells.append(f"*{p['tflops']:.0f}*" if _ok(p) else (p["status"] if p else "–"))
             out.append("| " + " | ".join(cells) + " |")
-        for key, label in REFERENCES:
-            peers = [nums.peer(key, sh, causal) for sh in shapes]
-            if any(_ok(p) for p in peers):
-                title = (peers[0] or {}).get("label") or label
-                cells = [f"*{md_cell(title)}*"] + ([""] if not causal else [])
-                cells += [f"*{p['tflops']:.0f}*" if _ok(p) else "" for p in peers]
-                out.append("| " + " | ".join(cells) + " |")
         out.append("")
-        if skipped:
-            ids = _id_ranges([s.id for s in skipped])
-            out.append(f"Stage {ids} has no causal path; the benchmark skips it.\n" if len(skipped) == 1 else
-                       f"Stages {ids} have no causal path; the benchmark skips them.\n")
+    for reason, ids in skipped.items():
+        out.append(f"–: not run, stage{'s' if len(ids) > 1 else ''} {', '.join(sorted(ids))}: {md_cell(reason)}.\n")
+    if absent:
+        out.append(f"{' and '.join(PEER_NAMES.get(k, k) for k in absent)} did not run for these shapes "
+                   "(not importable on the measuring machine); the ratios are to the peers that did.\n")
     return "\n".join(out)
+
+
+def _what(shape: str, entry: dict | None) -> str:
+    """The shape's reason for being in the set (bench/shapes.py) and its dimensions."""
+    try:
+        from bench.shapes import ALL_SHAPES  # the set's one definition; pure Python, no GPU
+    except ImportError:
+        ALL_SHAPES = {}
+    known = ALL_SHAPES.get(shape)
+    if known is not None:
+        return f"{known.what}: {known.describe()}" if known.what else known.describe()
+    if entry is None:
+        return ""
+    return f"B{entry['batch']} H{entry['heads']} Lq{entry['len_q']} Lk{entry['len_k']}"
 
 
 def _id_ranges(ids: list[str]) -> str:
@@ -109,6 +158,7 @@ def _id_ranges(ids: list[str]) -> str:
 def stage_table(stage, prev, hashes: dict[str, str], nums: GpuResults) -> str:
     """#benchmark body for one stage on one GPU; empty string if this GPU never measured it."""
     rows = []
+    skipped: dict[str, list[str]] = {}
     stale_seen = cross_run_seen = False
     for causal in (False, True):
         for sh in nums.shapes():
@@ -116,9 +166,13 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: GpuResults) -> str:
             if e is None:
                 continue
             label = f"{sh}{' causal' if causal else ''}"
+            if e["status"] == "skipped":
+                skipped.setdefault(e.get("reason") or "skipped", []).append(label)
+                continue
             if not _ok(e):
                 reason = md_cell(e.get("reason") or "")
-                rows.append(f"| {label} | {e['status']} | | | | | | {reason} |")
+                cells = [label, e["status"], "", ""] + [""] * len(REFERENCES) + ["", reason]
+                rows.append("| " + " | ".join(cells) + " |")
                 continue
             stale = results.is_stale(e, hashes[stage.id])
             stale_seen |= stale
@@ -134,13 +188,15 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: GpuResults) -> str:
             rows.append(f"| {label} | **{e['tflops']:.1f}**{mark} | {e['median_ms']:.4f} | {spread} | "
                         + " | ".join(_ratio(ratios.get(k)) for k, _ in REFERENCES)
                         + f" | {vs_prev} | {err} |")
-    if not rows:
+    if not rows and not skipped:
         return ""
     prev_head = f"vs {prev.id}" if prev is not None else "vs previous"
     head = ("| Shape | TFLOP/s | Median ms | Spread | "
             + " | ".join(f"vs {label}" for _, label in REFERENCES)
             + f" | {prev_head} | Rel. error |\n|---|---:|---:|---:|" + "---:|" * len(REFERENCES) + "---:|---:|")
-    out = [head, *rows, ""]
+    out = [head, *rows, ""] if rows else []
+    for reason, labels in skipped.items():
+        out.append(f"Not run ({md_cell(reason)}): {', '.join(labels)}.\n")
     if cross_run_seen:
         out.append(f"{CROSS_RUN}: this stage and the previous one were timed in different runs, so that ratio "
                    "carries the run-to-run noise the same-run ratios avoid.\n")

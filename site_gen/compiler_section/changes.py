@@ -21,9 +21,11 @@ def smem_bytes(facts: dict) -> int:
 
 
 def size(n: int) -> str:
+    """Whole KiB, and the bytes past them (the mbarriers next to a stage's tiles): "96 KiB + 24 B", so
+    every size of a table is written the same way."""
     if n >= 1024:
-        kib = n / 1024
-        return f"{kib:.0f} KiB" if kib == int(kib) else f"{kib:.1f} KiB"
+        kib, rest = divmod(n, 1024)
+        return f"{kib} KiB" + (f" + {rest} B" if rest else "")
     return f"{n} B"
 
 

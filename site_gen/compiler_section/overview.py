@@ -16,7 +16,7 @@ def overview_table(stages: list[lineage.Stage], facts_of) -> str:
     stale = False
     for stage in stages:
         facts, problem = facts_of(stage)
-        name = f"[{stage.id} {stage.title}](stages/{stage.name}.md#compiler)"
+        name = f"[{stage.id} {stage.title.split(':')[0]}](stages/{stage.name}.md#compiler)"
         if facts is None:
             lines.append(f"| {name} | — | — | — | — | — | — | — | — |")
             continue

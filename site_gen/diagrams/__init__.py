@@ -3,7 +3,8 @@
   Diagram                         one picture: id, title, kind, stage, svg, caption (diagram.py)
   stage_diagrams(stage, stages)   memory movement, warp roles, pipeline timeline of one stage
   concept_diagrams(stage, stages) the concept pictures the stage introduces (table in concepts/)
-  all_diagrams(stages)            everything, in site order (for the gallery)
+  doc_diagrams(stages)            the figures of the hand-written pages (introduction, Hopper model)
+  all_diagrams(stages)            every stage's, in site order
 
 Every function is a pure function of the stages: the same specs give the same bytes. The
 #diagrams section of a page and the gallery place them (section.py).
@@ -11,13 +12,13 @@ Every function is a pure function of the stages: the same specs give the same by
 
 from __future__ import annotations
 
-from .concepts import concepts_for
+from .concepts import concepts_for, doc_concepts
 from .diagram import Diagram
 from .memory import memory_diagram
 from .roles import roles_diagram
 from .timeline import timeline_diagram
 
-__all__ = ["Diagram", "all_diagrams", "concept_diagrams", "stage_diagrams"]
+__all__ = ["Diagram", "all_diagrams", "concept_diagrams", "doc_diagrams", "stage_diagrams"]
 
 
 def stage_diagrams(stage, stages) -> list[Diagram]:
@@ -28,6 +29,11 @@ def stage_diagrams(stage, stages) -> list[Diagram]:
 def concept_diagrams(stage, stages) -> list[Diagram]:
     """Concept diagrams introduced by this stage (none when the table has no entry for it)."""
     return concepts_for(stage, stages)
+
+
+def doc_diagrams(stages) -> list[Diagram]:
+    """The figures of the hand-written pages (docs/introduction.md, docs/hopper.md)."""
+    return doc_concepts(stages)
 
 
 def all_diagrams(stages) -> list[Diagram]:

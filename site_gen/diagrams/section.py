@@ -1,6 +1,10 @@
-"""Where the diagrams go on the site: the #diagrams section of a stage page and the gallery's
-groups, as figures with inline SVG (which follows the theme's CSS variables) and, for zooming,
-each diagram's standalone SVG file linked as "Open full size"."""
+"""Where the diagrams go on the site: the parts of a stage page's #diagrams section, its lead
+figure, and the gallery's cards. Figures are inline SVG (which follows the theme's CSS variables),
+each with its standalone SVG file linked for zooming and a full-screen view (docs/assets).
+
+A per-stage picture that shows the same thing as the previous stage's is not drawn again: its
+place says so and links the stage where it last changed.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +12,74 @@ from ..html import figure
 from .diagram import Diagram
 
 FOLDER = "assets/generated/diagrams"  # the standalone files, relative to the docs root
+KINDS = ("memory", "roles", "timeline")
+KIND_TITLE = {"memory": "Memory movement", "roles": "Warp roles", "timeline": "Pipeline timeline",
+              "concept": "Concepts"}
+UNCHANGED = {"memory": "the operands move as they did there",
+             "roles": "the roles and their hand-offs are the same",
+             "timeline": "the schedule model places the same work"}
 
 
-def figures(diagrams: list[Diagram], site, depth: int) -> str:
+def figures(diagrams: list[Diagram], site, depth: int, thumbs: bool = False) -> str:
     """The figures' HTML; ``depth``: how many folders below the docs root the page sits."""
     out = []
     for d in diagrams:
         site.add_asset(f"{FOLDER}/{d.filename}", d.standalone)
         link = "../" * depth + f"{FOLDER}/{d.filename}"
-        out.append(figure(d.id, d.svg, d.caption, d.title, link))
+        out.append(figure(d.id, d.svg, d.caption, d.title, link, kind=d.kind, stage=d.stage))
     return "\n".join(out)
 
 
-def stage_section(stage, mine: list[Diagram], site) -> str:
-    """The body of ## Diagrams: a placeholder for the figures, which are spliced in after Markdown."""
-    if not mine:
-        return "This stage has no diagrams.\n"
-    # stage pages are docs/stages/NN-slug.md, served as /stages/NN-slug/: two levels down
-    return site.add_fragment(f"diagrams-{stage.name}", figures(mine, site, depth=2))
+def last_change(kind: str, stage, drawn: dict) -> object | None:
+    """The earliest stage from which this stage's picture of ``kind`` is unchanged (None: it changed
+    here). ``drawn``: stage number -> (stage, its diagrams)."""
+    mine = _of(drawn[stage.number][1], kind)
+    since = None
+    number = stage.number - 1
+    while number in drawn and mine.same_picture(_of(drawn[number][1], kind)):
+        since = drawn[number][0]
+        number -= 1
+    return since
+
+
+def _of(diagrams: list[Diagram], kind: str) -> Diagram | None:
+    return next((d for d in diagrams if d.kind == kind), None)
+
+
+def stage_parts(stage, mine: list[Diagram], drawn: dict, lead: str | None, site) -> dict[str, str]:
+    """Markdown for each part of ## Diagrams (memory, roles, timeline, concepts): a figure, or a line
+    saying where it is drawn (at the top of the page, or on the stage where it last changed)."""
+    parts: dict[str, str] = {}
+    for kind in KINDS:
+        d = _of(mine, kind)
+        if d is None:
+            continue
+        since = last_change(kind, stage, drawn)
+        if d.id == lead:
+            parts[kind] = "Drawn at the top of this page, as the figure of this stage's change.\n"
+        elif since is not None:
+            parts[kind] = (f"Unchanged since [stage {since.id}]({since.name}.md#{kind}): {UNCHANGED[kind]}.\n")
+        else:
+            parts[kind] = site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2))
+    concepts = [d for d in mine if d.kind == "concept" and d.id != lead]
+    if concepts:
+        parts["concepts"] = site.add_fragment(f"concepts-{stage.name}", figures(concepts, site, depth=2))
+    return parts
+
+
+def lead_figure(mine: list[Diagram], lead: str | None, site) -> str:
+    """The figure that shows the stage's change, for the top of its page."""
+    d = next((d for d in mine if d.id == lead), None)
+    if d is None:
+        return ""
+    return site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2))
+
+
+def distinct(stages, drawn: dict) -> list[Diagram]:
+    """Every diagram that shows something new: per-stage pictures where they changed, and concepts."""
+    out = []
+    for s in stages:
+        for d in drawn[s.number][1]:
+            if d.kind == "concept" or d.kind not in KINDS or last_change(d.kind, s, drawn) is None:
+                out.append(d)
+    return out

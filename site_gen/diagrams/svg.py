@@ -20,6 +20,10 @@ PALETTE = {
     "load": "#d9822b", "tensor": "#3b6fd6", "softmax": "#c2418f", "epilogue": "#0f8b9c",
     "bar": "#b23b3b", "accent": "#e0a100", "ok": "#2e9e6a", "skip": "#c9ced8", "mask": "#e0a100",
     "warp": "#6b7a99",
+    # warp roles: muted tones, apart from the saturated operand colours above
+    "producer": "#8a7a12", "consumer": "#4f6282", "consumer2": "#8c5f4a",
+    # what changed against the previous stage (a highlighter behind the item, a tag beside it)
+    "hl": "#ffd43b", "hlfg": "#5c4400",
 }
 FONT = "Roboto, 'Helvetica Neue', Arial, sans-serif"
 MONO = "'Roboto Mono', 'SFMono-Regular', Menlo, Consolas, monospace"
@@ -38,17 +42,62 @@ def num(v: float) -> float | int:
     return int(r) if r == int(r) else r
 
 
-def text_width(s: str, size: float = 12) -> float:
-    """Rough width of sans-serif text; good enough to size boxes and avoid overlaps."""
-    return len(s) * size * 0.56
+# Advance widths (1/1000 em) of Arial / Helvetica, the fonts the site's SVG text falls back to
+# (Material without web fonts: Helvetica, Arial, sans-serif; Liberation Sans has Arial's metrics).
+# Characters Arial lacks (ᵀ, ⊕, subscripts) take DejaVu Sans' widths, the usual fallback.
+_GLYPHS = (' !"#$%&\'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~'
+           '×·–—→←↓↑↔≤≥ᵀµ⊕′…₋₀₁₂₃√∑Σαβτℓ≈⌈⌉÷±°²³¹⁴ⁿ✓✗▶◀▲▼●○■□‹›«»“”‘’')
+_REGULAR = (278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278, 556, 556, 556, 556,
+            556, 556, 556, 556, 556, 556, 278, 278, 584, 584, 584, 556, 1015, 667, 667, 722, 722, 667, 611, 778,
+            722, 278, 500, 667, 556, 833, 722, 778, 667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 278,
+            278, 278, 469, 556, 333, 556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500, 222, 833, 556, 556,
+            556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584, 584, 278, 556, 1000, 1000,
+            1000, 500, 500, 1000, 549, 549, 385, 576, 838, 188, 1000, 528, 401, 401, 401, 401, 549, 713, 618, 578,
+            575, 395, 323, 549, 390, 390, 549, 549, 400, 333, 333, 333, 401, 365, 838, 838, 769, 769, 990, 990,
+            604, 604, 604, 604, 333, 333, 556, 556, 333, 333, 222, 222)
+_BOLD = (278, 333, 474, 556, 556, 889, 722, 238, 333, 333, 389, 584, 278, 333, 278, 278, 556, 556, 556, 556, 556,
+         556, 556, 556, 556, 556, 333, 333, 584, 584, 584, 611, 975, 722, 722, 722, 722, 667, 611, 778, 722, 278,
+         556, 722, 611, 833, 722, 778, 667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 333, 278, 333, 584,
+         556, 333, 556, 611, 556, 611, 556, 333, 611, 611, 278, 278, 556, 278, 889, 611, 611, 611, 611, 389, 556,
+         333, 611, 556, 778, 556, 556, 500, 389, 280, 389, 584, 584, 278, 556, 1000, 1000, 1000, 500, 500, 1000,
+         549, 549, 430, 576, 838, 240, 1000, 528, 438, 438, 438, 438, 549, 713, 600, 615, 610, 446, 489, 549,
+         457, 457, 549, 549, 400, 333, 333, 333, 438, 396, 838, 838, 769, 769, 990, 990, 604, 604, 604, 604, 333,
+         333, 556, 556, 500, 500, 278, 278)
+_WIDTH = {False: dict(zip(_GLYPHS, _REGULAR)), True: dict(zip(_GLYPHS, _BOLD))}
+MONO_EM = 0.602  # every glyph of DejaVu Sans Mono / Liberation Mono
+SAFETY = 1.04  # other sans-serif fonts (Helvetica, Roboto) run up to a few per cent wider
+
+
+def text_width(s: str, size: float = 12, bold: bool = False, mono: bool = False) -> float:
+    """Width of ``s`` in px at font size ``size``, from Arial's advance widths (a few per cent of
+    margin for other sans-serif fonts); what boxes are sized by and overlaps are checked with."""
+    if mono:
+        return len(s) * size * MONO_EM
+    table = _WIDTH[bool(bold)]
+    return sum(table.get(ch, 600) for ch in str(s)) * size / 1000 * SAFETY
+
+
+def wrap(s: str, width: float, size: float = 12, bold: bool = False) -> list[str]:
+    """``s`` broken at spaces into lines no wider than ``width`` px (a long word stays whole)."""
+    out, cur = [], ""
+    for word in s.split():
+        trial = f"{cur} {word}".strip()
+        if cur and text_width(trial, size, bold=bold) > width:
+            out.append(cur)
+            cur = word
+        else:
+            cur = trial
+    return out + [cur] if cur else out
 
 
 def fmt_bytes(n: int) -> str:
+    """Whole MiB or KiB, and the bytes past them: "64 KiB", "96 KiB + 24 B" (the site's one way)."""
+    n = int(n)
     if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
         return f"{n // (1024 * 1024)} MiB"
     if n >= 1024:
-        k = n / 1024
-        return f"{k:g} KiB" if k == int(k) else f"{k:.1f} KiB"
+        kib, rest = divmod(n, 1024)
+        return f"{kib} KiB" + (f" + {rest} B" if rest else "")
     return f"{n} B"
 
 
@@ -87,7 +136,7 @@ class Canvas:
         return el
 
     def text(self, x, y, s, size=12, anchor="start", fill="fg", weight=None, mono=False, italic=False,
-             parent=None, cls="hd-text"):
+             parent=None, cls="hd-text", rotate=None):
         kw = {"font-size": num(size), "fill": color(fill), "class": cls}
         if anchor != "start":
             kw["text-anchor"] = anchor
@@ -98,9 +147,19 @@ class Canvas:
             kw["class"] = "hd-mono"
         if italic:
             kw["font-style"] = "italic"
+        if rotate:
+            kw["transform"] = f"rotate({num(rotate)} {num(x)} {num(y)})"
         el = self.d.text(str(s), insert=(num(x), num(y)), **kw)
         (parent or self.body).add(el)
         return el
+
+    def heading(self, main: str, more: str = "", x: float = 12, y: float = 22, size: float = 14):
+        """The figure's title line: ``main``, then ``more`` if the two fit the width."""
+        full = f"{main}{more}"
+        text = full if text_width(full, size, bold=True) <= self.width - 2 * x else main
+        while text_width(text, size, bold=True) > self.width - 2 * x and size > 12:
+            size -= 0.5
+        return self.text(x, y, text, size=size, weight="600")
 
     def lines(self, x, y, rows, size=12, leading=1.3, **kw):
         """Several lines of text, top line's baseline at y; returns the y after the last line."""
@@ -191,3 +250,78 @@ def standalone(svg: str, width: int, height: int) -> str:
     marker = "</desc>"
     i = rest.index(marker) + len(marker)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + head + ">" + rest[:i] + bg + rest[i:] + "\n"
+
+
+def _texts(svg: str) -> list[tuple[list[tuple[float, float]], float, str]]:
+    """(corners, rotation in degrees, text) of every <text>, in viewBox units, by text_width."""
+    import math
+    import re
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    out = []
+    for el in ET.fromstring(svg).iter(ns + "text"):
+        s = "".join(el.itertext())
+        x, y, size = float(el.get("x", 0)), float(el.get("y", 0)), float(el.get("font-size", 12))
+        bold = el.get("font-weight") in ("600", "700", "bold")
+        w = text_width(s, size, bold=bold, mono=el.get("class") == "hd-mono")
+        x0 = x - {"start": 0, "middle": w / 2, "end": w}[el.get("text-anchor", "start")]
+        top, bottom = y - 0.86 * size, y + 0.26 * size  # the line box a browser reports (ascent, descent)
+        corners = [(x0, top), (x0 + w, top), (x0, bottom), (x0 + w, bottom)]
+        angle = 0.0
+        rot = re.match(r"rotate\((-?[\d.]+) (-?[\d.]+) (-?[\d.]+)\)", el.get("transform", ""))
+        if rot:
+            angle, cx, cy = (float(v) for v in rot.groups())
+            a = math.radians(angle)
+            corners = [(cx + (px - cx) * math.cos(a) - (py - cy) * math.sin(a),
+                        cy + (px - cx) * math.sin(a) + (py - cy) * math.cos(a)) for px, py in corners]
+        out.append((corners, angle, s))
+    return out
+
+
+def _aabb(corners, angle=0.0):
+    """The box around ``corners`` in a frame turned by ``angle`` degrees (0: the page's)."""
+    import math
+
+    a = math.radians(-angle)
+    pts = [(px * math.cos(a) - py * math.sin(a), px * math.sin(a) + py * math.cos(a)) for px, py in corners]
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def text_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
+    """(x0, y0, x1, y1, text) of every <text> of an SVG string, in viewBox units: where it lands by
+    text_width, for the checks that no text is clipped by the viewBox or overlaps another."""
+    return [(*_aabb(corners), s) for corners, _angle, s in _texts(svg)]
+
+
+def text_problems(svg: str, width: float, height: float, slack: float = 1.0) -> list[str]:
+    """Texts that run past the canvas or overlap another text (by their estimated boxes; two texts
+    turned by the same angle are compared in their own frame)."""
+    items = _texts(svg)
+    out = []
+    for corners, _angle, s in items:
+        b = _aabb(corners)
+        if b[0] < -slack or b[1] < -slack or b[2] > width + slack or b[3] > height + slack:
+            out.append(f"clipped: {s!r}")
+    for i, (ca, aa, sa) in enumerate(items):
+        for cb, ab, sb in items[i + 1:]:
+            frame = aa if aa == ab else 0.0
+            a, b = _aabb(ca, frame), _aabb(cb, frame)
+            if a[0] < b[2] - slack and b[0] < a[2] - slack and a[1] < b[3] - slack and b[1] < a[3] - slack:
+                out.append(f"overlap: {sa!r} / {sb!r}")
+    return out
+
+
+def content_bottom(svg: str) -> float:
+    """The lowest point anything of the picture reaches (text by its estimated box)."""
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    bottom = max((b[3] for b in text_boxes(svg)), default=0.0)
+    for el in ET.fromstring(svg).iter():
+        if el.tag == ns + "rect" and el.get("y") is not None:
+            bottom = max(bottom, float(el.get("y")) + float(el.get("height", 0)))
+        elif el.tag == ns + "line":
+            bottom = max(bottom, float(el.get("y1", 0)), float(el.get("y2", 0)))
+    return bottom

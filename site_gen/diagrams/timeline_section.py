@@ -77,7 +77,7 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: d
 
 
 def stage_section(stage, prev, inp, site, cache) -> str:
-    """The Markdown of ### Timeline: a heading (its anchor #timeline), the figures as a fragment.
+    """The Markdown of the stage page's timeline part (its heading and #timeline anchor are the page's):
     ``inp``: the site's inputs (traces, hashes); ``cache``: the site's DiskCache for the drawings."""
     record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
     prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
@@ -140,7 +140,8 @@ def _drawn(stage, record, causal_record, against, cache) -> list[Diagram]:
 
 
 def _wrap(stage, site, html: str) -> str:
-    return "### Timeline: measured and predicted {#timeline}\n\n" + site.add_fragment(f"timeline-{stage.name}", html)
+    """The section's body; the stage page puts it under its ### heading (anchor #timeline)."""
+    return site.add_fragment(f"timeline-{stage.name}", html)
 
 
 def _p(markdown: str) -> str:

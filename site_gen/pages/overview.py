@@ -1,52 +1,63 @@
-"""The overview page (index.md): the lineage with its numbers, the progression chart, where the
-numbers come from, how to read a stage page, and the compiler at a glance."""
+"""The overview page (index.md): the climb first (chart, then the lineage table), the users' shapes,
+where the numbers come from, how to read a stage page, and the compiler at a glance."""
 
 from __future__ import annotations
 
 from ..benchmark_section.tables import md_cell
 from .stage import GENERATED, stage_title
 
+FRONT = "---\nhide:\n  - toc\n---\n\n"
 READING_GUIDE = """\
 Each stage is one complete kernel that differs from the one before it by one optimization. Its
-page (for example [{first}](stages/{first_name}.md)) has the same sections in the same order, each
+page (for example [{first}](stages/{first_name}.md)) opens with that change, its numbers at 8k and
+the figure that shows the change; then the prose, and the same sections in the same order, each
 with a stable link you can share:
 
-- **The one change** and the prose: why this step, and what to look for.
-- [`#diagrams`](stages/{first_name}.md#diagrams): memory movement, the warp roles and the
-  tensor-core pipeline timeline of that stage, drawn from its `stage.toml`.
+- [`#diagrams`](stages/{first_name}.md#diagrams): memory movement and the warp roles of that
+  stage, drawn from its `stage.toml` (a picture that did not change says so and links the stage
+  where it last did), and its timeline: what every warp of one SM did, recorded on the GPU by the
+  stage's trace points, beside what the schedule model predicts.
 - [`#diff`](stages/{first_name}.md#diff): the source against the previous stage, unified or side by
   side; unchanged stretches are folded, click to expand.
 - [`#compiler`](stages/{first_name}.md#compiler): registers, spills, shared memory and instruction
   mix as `nvcc`/`ptxas` report them.
-- [`#benchmark`](stages/{first_name}.md#benchmark): TFLOP/s per shape, with ratios to
-  FlashAttention-4, cuDNN and the previous stage; numbers measured on older sources are marked
-  stale.
+- [`#benchmark`](stages/{first_name}.md#benchmark): TFLOP/s per shape, with ratios to the reference
+  peers timed in the same run (FlashAttention-3, FlashAttention-4, cuDNN: whichever ran) and to the
+  previous stage; numbers measured on older sources are marked stale.
 
-The [gallery](gallery.md) shows every diagram in one place.{more}
+The [gallery](gallery.md) shows every distinct diagram as a grid, by kind and stage, and puts a
+stage beside its predecessor.{more}
 """
 
 
 def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: str, compiler_md: str,
-               gpu_name: str | None, reading_guide: str | None = None, model_md: str = "") -> str:
+               gpu_name: str | None, reading_guide: str | None = None, users_md: str = "",
+               model_md: str = "") -> str:
     parts = [
+        FRONT,
         "# hopattn: attention on Hopper, one change at a time\n",
         GENERATED,
         (f"Forward attention (bf16, head dim 128) for NVIDIA Hopper, built as a lineage of "
          f"{len(stages)} stage{'s' if len(stages) != 1 else ''}: each a complete kernel, each one "
-         "optimization on top of the last.\n"),
-        "## The lineage at a glance {#lineage}\n",
+         "optimization on top of the last. [Real models](models.md) call the last one.\n"),
+        "## The climb {#progression}\n",
     ]
+    if chart:
+        parts.append(chart + "\n")
+    else:
+        parts.append("The chart appears once there are measurements.\n")
+    parts.append("## The lineage at a glance {#lineage}\n")
     if numbers_md:
         parts.append(f"Numbers from {gpu_name}.\n\n" + numbers_md)
     else:
         parts.append("| Stage | The one change |\n|---|---|")
         parts += [f"| [{stage_title(s)}](stages/{s.name}.md) | {md_cell(s.change)} |" for s in stages]
         parts.append("\nNo measurements yet: run the benchmark (`nox -s bench`) on a GPU to fill in the numbers.\n")
-    parts.append("## Progression {#progression}\n")
-    if chart:
-        parts.append(chart + "\n")
-    else:
-        parts.append("The chart appears once there are measurements.\n")
+    if users_md:
+        parts.append("## The shapes users run {#users-shapes}\n")
+        parts.append("Beyond 4k, 8k and 16k: a single long sequence, short sequences in a large batch, odd lengths, "
+                     "few queries over many keys, BSHD input and grouped-query heads, for the stages with the whole "
+                     "contract (any length, BSHD, causal) and the reference peers.\n\n" + users_md)
     if model_md:  # site_gen/benchmark_section/model_vs_measured.py
         parts += ["## The model against the GPU {#model}\n", model_md]
     parts.append("## Where the numbers come from {#environment}\n")

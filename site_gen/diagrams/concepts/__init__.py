@@ -6,7 +6,7 @@ returns a Diagram whose id is "c-<slug>" so that it is unique across the site.
 
 from __future__ import annotations
 
-from . import basics, hopper, scheduling
+from . import attention, basics, hopper, machine, scheduling
 
 # stage number -> concept builder, in page order.
 CONCEPTS = (
@@ -30,8 +30,26 @@ CONCEPTS = (
     (17, scheduling.causal_map),
     (18, scheduling.longest_first),
     (19, hopper.descriptor_offsets),
+    (20, attention.gqa_heads),
+)
+
+# The hand-written pages' own figures (docs/<page>), in page order; they belong to no one stage.
+DOC_CONCEPTS = (
+    ("introduction.md", attention.attention_shapes),
+    ("introduction.md", attention.naive_vs_fused),
+    ("introduction.md", attention.intensity),
+    ("introduction.md", attention.tiling),
+    ("hopper.md", machine.h200_chip),
+    ("hopper.md", machine.sm_anatomy),
+    ("hopper.md", machine.warpgroups),
+    ("hopper.md", machine.memory_hierarchy),
+    ("hopper.md", machine.tile_budget),
 )
 
 
 def concepts_for(stage, stages) -> list:
     return [build(stage, stages) for number, build in CONCEPTS if number == stage.number]
+
+
+def doc_concepts(stages) -> list:
+    return [build(stages) for _page, build in DOC_CONCEPTS]

@@ -18,15 +18,14 @@ def persistent_tiles(stage, stages):
     c = canvas("persistent-tiles", 280, "Persistent kernel: tiles assigned to SMs by a static scheduler",
                f"Grid = number of SMs. With {SM_EXAMPLE} SMs (132 on the H200) and {tiles} output tiles, SM i "
                f"processes tiles i, i + {SM_EXAMPLE}, i + {2 * SM_EXAMPLE}, …; its CTA stays resident.")
-    cols = ("q", "k", "v", "s", "o", "p", "warp", "accent")
     for sm in range(SM_EXAMPLE):
         y = 50 + sm * 26
-        c.text(12, y + 16, f"SM {sm}", size=11)
+        c.text(12, y + 16, f"SM {sm}", size=12)
         for j, tile in enumerate(range(sm, tiles, SM_EXAMPLE)):
-            box(c, 70 + j * 130, y, 122, 22, f"tile {tile}", fill=cols[sm], stroke=cols[sm], opacity=0.3, size=10.5)
+            box(c, 70 + j * 130, y, 122, 22, f"tile {tile}", fill="q", stroke="q", opacity=0.15 + 0.12 * j, size=12)
     c.text(470, 80, "tile = blockIdx.x + k · gridDim.x", size=12, mono=True)
     c.lines(470, 110, ["no launch gap between tiles;", "the epilogue of one tile can overlap",
-                       "the loads of the next;", "setup (tensor maps, barriers) once per SM"], size=11.5, leading=1.5)
+                       "the loads of the next;", "setup (tensor maps, barriers) once per SM"], size=12, leading=1.5)
     return done(c, stage, "A static round-robin scheduler; tiles of equal cost keep all SMs equally busy.")
 
 
@@ -44,7 +43,7 @@ def tma_store(stage, stages):
             c.line(20 + i * 166 - 14, 85, 20 + i * 166 - 2, 85, stroke=col, arrow=True)
     c.lines(20, 150, ["fence.proxy.async.shared::cta between the generic-proxy stores and the TMA (async proxy) read;",
                       "cp.async.bulk.wait_group.read before the O buffer is written again;",
-                      "meanwhile the producer already loads the next tile's K/V."], size=11.5, leading=1.5)
+                      "meanwhile the producer already loads the next tile's K/V."], size=12, leading=1.5)
     return done(c, stage, "The store is asynchronous: the epilogue no longer stalls the next tile's main loop.")
 
 
@@ -67,7 +66,7 @@ def wgmma_smem_bytes_per_clk(n: int, a_in_smem: bool = True) -> float:
 BAR_OPACITY, WORK_OPACITY, FIX_OPACITY = 0.45, 0.22, 0.8
 
 
-def _swatches(c, x, y, items, size=11, gap=16):
+def _swatches(c, x, y, items, size=12, gap=16):
     """Canvas.legend with the fill opacity the swatch stands for."""
     for key, label, opacity in items:
         c.rect(x, y - size + 1, size, size, fill=key, stroke=key, opacity=opacity, rx=2)
@@ -102,7 +101,7 @@ def tile_shape(stage, stages):
     c.text(12, 52, "shared-memory bytes read per tensor-core clock (one SM)", size=12, weight="600")
     for tick in range(0, SMEM_BYTES_PER_CLK + 1, 32):
         c.line(x0, y(tick), x1, y(tick), stroke="grid", sw=0.8)
-        c.text(x0 - 6, y(tick) + 4, str(tick), size=10, anchor="end", fill="muted")
+        c.text(x0 - 6, y(tick) + 4, str(tick), size=12, anchor="end", fill="muted")
     slot = (x1 - x0) / (len(ss) + 1)
     bw = min(56, slot - 24)
     for i, (n, v) in enumerate(ss + [(None, rs)]):
@@ -119,15 +118,15 @@ def tile_shape(stage, stages):
                 rows.append("this stage")
             elif n == n_before:
                 rows.append(f"stage {prev.number}")
-        c.text(cx, y(v) - 6, f"{num(v)} B/clk", size=11, anchor="middle", weight="600")
-        c.text(cx, bottom + 16, rows[0], size=11, anchor="middle", weight="600")
-        c.text(cx, bottom + 30, rows[1], size=9.5, anchor="middle", fill="muted", mono=True)
+        c.text(cx, y(v) - 6, f"{num(v)} B/clk", size=12, anchor="middle", weight="600")
+        c.text(cx, bottom + 16, rows[0], size=12, anchor="middle", weight="600")
+        c.text(cx, bottom + 30, rows[1], size=12, anchor="middle", fill="muted", mono=True)
         if len(rows) > 2:
-            c.text(cx, bottom + 44, rows[2], size=10.5, anchor="middle", weight="600" if n == n_now else None,
+            c.text(cx, bottom + 44, rows[2], size=12, anchor="middle", weight="600" if n == n_now else None,
                    fill="fg" if n == n_now else "muted")
     c.line(x0, bottom, x1, bottom, stroke="stroke")
     c.line(x0, y(SMEM_BYTES_PER_CLK), x1, y(SMEM_BYTES_PER_CLK), stroke="bar", sw=1.6, dash="6 4")
-    c.text(x1, y(SMEM_BYTES_PER_CLK) - 6, f"shared memory: {SMEM_BYTES_PER_CLK} B/clk per SM", size=11,
+    c.text(x1, y(SMEM_BYTES_PER_CLK) - 6, f"shared memory: {SMEM_BYTES_PER_CLK} B/clk per SM", size=12,
            anchor="end", fill="bar", weight="600")
 
     # The arithmetic, next to the chart.
@@ -137,13 +136,13 @@ def tile_shape(stage, stages):
                      f"B = K: N×16 bf16 = {WGMMA_K * facts.ELEM}·N bytes",
                      f"2·64·N·16 FLOP at {WGMMA_FLOP_PER_CLK}/clk = N/2 clk",
                      f"B/clk = ({a_bytes} + {WGMMA_K * facts.ELEM}·N) / (N/2)",
-                     "\u00a0" * 6 + f"= {2 * a_bytes}/N + {2 * WGMMA_K * facts.ELEM}"], size=11, leading=1.5, mono=True)
+                     "\u00a0" * 6 + f"= {2 * a_bytes}/N + {2 * WGMMA_K * facts.ELEM}"], size=12, leading=1.5, mono=True)
     c.text(tx, 190, "PV, RS: P comes from registers,", size=12, weight="600")
-    c.text(tx, 208, f"only V is read: {num(rs)} B/clk for any N", size=11.5)
+    c.text(tx, 208, f"only V is read: {num(rs)} B/clk for any N", size=12)
     _swatches(c, tx, 234, [("q", "Q (A)", BAR_OPACITY), ("k", "K (B)", BAR_OPACITY), ("v", "V (B)", BAR_OPACITY)])
     c.lines(tx, 258, [f"Q's {fmt_bytes(a_bytes)} is read once per k-step whatever N:",
                       f"its share, {2 * a_bytes}/N B/clk, falls as N grows;",
-                      f"K's stays at {2 * WGMMA_K * facts.ELEM} B/clk."], size=11, leading=1.4, fill="muted")
+                      f"K's stays at {2 * WGMMA_K * facts.ELEM} B/clk."], size=12, leading=1.4, fill="muted")
 
     # Fixed costs per K/V tile, over the same keys at both tile widths.
     other = n_before or (64 if n_now != 64 else 128)
@@ -152,21 +151,21 @@ def tile_shape(stage, stages):
     keys = keys * max(1, 4 * narrow // keys) if keys // narrow <= 8 else 4 * wide  # at least 4 narrow tiles
     yy = 342
     c.text(12, yy - 16, f"Per-iteration fixed costs (barrier waits, named barriers, wait_group, row-max shuffles) "
-                        f"are paid once per K/V tile; over {keys} keys:", size=11.5, weight="600")
+                        f"are paid once per K/V tile; over {keys} keys:", size=12, weight="600")
     sx0, sx1, fix = 150, 600, 10
     for row, n in enumerate((narrow, wide)):
         ry = yy + row * 30
         tiles = -(-keys // n)
         label = f"N = {n}" + (" (this stage)" if n == n_now else f" (stage {prev.number})" if n == n_before else "")
-        c.text(12, ry + 14, label, size=11, weight="600" if n == n_now else None)
+        c.text(12, ry + 14, label, size=12, weight="600" if n == n_now else None)
         for t in range(tiles):
             tx0 = sx0 + (sx1 - sx0) * t * n / keys
             tx1 = sx0 + (sx1 - sx0) * min((t + 1) * n, keys) / keys
             c.rect(tx0, ry, tx1 - tx0 - 2, 20, fill="tensor", stroke=None, opacity=WORK_OPACITY, rx=0)
             c.rect(tx0, ry, fix, 20, fill="bar", stroke=None, opacity=FIX_OPACITY, rx=0)
-        c.text(sx1 + 14, ry + 14, f"{tiles} × fixed costs, 1/{n} per key", size=11)
+        c.text(sx1 + 14, ry + 14, f"{tiles} × fixed costs, 1/{n} per key", size=12)
     _swatches(c, sx0, yy + 76, [("bar", "fixed costs of one iteration", FIX_OPACITY),
-                                ("tensor", "work on the tile's keys", WORK_OPACITY)], size=10.5)
+                                ("tensor", "work on the tile's keys", WORK_OPACITY)], size=12)
     return done(c, stage, f"Bytes per clock computed from (2 KB + 32·N B) / (N/2 clk) at {WGMMA_FLOP_PER_CLK} "
                           f"FLOP/clk per SM; the fixed costs per key go from 1/{narrow} to 1/{wide} of an iteration's.")
 
@@ -198,10 +197,10 @@ def causal_map(stage, stages):
         w = cell * (min((j + 1) * bn, length) - j * bn) / bn
         c.rect(x0 + j * cell, y0 + i * cell, w, cell, fill=colour[s], stroke="bg", opacity=0.7, rx=0)
     c.line(x0, y0, x0 + length / bn * cell, y0 + ni * cell, stroke="bar", sw=1.5, dash="5 3")
-    c.text(x0, y0 - 10, f"key blocks of {bn} →", size=11, fill="muted")
-    c.text(x0 - 8, y0 + 14, "query", size=10, anchor="end", fill="muted")
-    c.text(x0 - 8, y0 + 27, "blocks", size=10, anchor="end", fill="muted")
-    c.text(x0 - 8, y0 + 40, f"of {bm} ↓", size=10, anchor="end", fill="muted")
+    c.text(x0, y0 - 10, f"key blocks of {bn} →", size=12, fill="muted")
+    c.text(x0 - 8, y0 + 14, "query", size=12, anchor="end", fill="muted")
+    c.text(x0 - 8, y0 + 30, "blocks", size=12, anchor="end", fill="muted")
+    c.text(x0 - 8, y0 + 46, f"of {bm} ↓", size=12, anchor="end", fill="muted")
     counts = {k: sum(1 for v in blocks.values() if v == k) for k in ("full", "mask", "skip")}
     tx = x0 + nj * cell + 40
     c.legend(tx, y0 + 12, [("ok", f"full: {counts['full']}")], size=12)
@@ -209,7 +208,7 @@ def causal_map(stage, stages):
     c.legend(tx, y0 + 56, [("skip", f"skipped: {counts['skip']}")], size=12)
     c.lines(tx, y0 + 92, [f"L = {length}, block_m = {bm}, block_n = {bn}",
                           f"computed: {counts['full'] + counts['mask']} of {len(blocks)} blocks",
-                          "masks cost work only on the diagonal"], size=11.5, leading=1.5)
+                          "masks cost work only on the diagonal"], size=12, leading=1.5)
     return done(c, stage, "Block classification from block_m and block_n of the stage (example length 8 · block_m).")
 
 
@@ -227,25 +226,33 @@ def lpt(costs, machines):
 def longest_first(stage, stages):
     n, sms = 8, 3
     costs = [(i, i + 1) for i in range(n)]  # causal: query tile i visits i + 1 key tiles
-    plans = (("in order", lpt(costs, sms)),
+    plans = (("in launch order", lpt(costs, sms)),
              ("longest first", lpt(sorted(costs, key=lambda x: -x[1]), sms)))
-    unit = 24
-    c = canvas("longest-first", 110 + 2 * (sms * 24 + 40), "Longest-first scheduling of causal tiles",
-               f"{n} causal query tiles (tile i costs i + 1 KV iterations) on {sms} SMs: in launch order the "
-               "longest tiles start last and one SM finishes late; longest-first keeps the finish times even.")
+    worst = max(e for _, plan in plans for _, _, e, _ in plan)
+    x0 = 70
+    unit = (860 - x0 - 30) / worst
+    c = canvas("longest-first", 110 + 2 * (sms * 28 + 44) + 80, "Longest-first scheduling of causal tiles",
+               f"{n} causal query tiles (tile i costs i + 1 KV iterations) on {sms} persistent CTAs: in launch "
+               "order the longest tiles start last and one SM finishes late; longest first, claimed from a "
+               "counter at run time, keeps the finish times even.")
     y = 50
     for label, plan in plans:
         span = max(e for _, _, e, _ in plan)
-        c.text(12, y + 12, f"{label}: finishes at {span}", size=12, weight="600")
-        y += 20
+        c.text(12, y + 12, f"{label}: the last SM finishes at {span} iterations", size=12, weight="600")
+        y += 22
         for m in range(sms):
-            c.text(12, y + 16, f"SM {m}", size=11)
+            c.text(12, y + 17, f"SM {m}", size=12)
             for mm, s, e, job in plan:
                 if mm == m:
-                    box(c, 70 + s * unit, y, (e - s) * unit - 2, 20, f"q{job}", fill="q", stroke="q",
-                        opacity=0.15 + 0.08 * job, size=10)
-            y += 24
-        y += 20
-    c.text(500, 80, "dynamic: an atomic counter hands out the next tile", size=11.5)
-    c.text(500, 100, "L2-aware: tiles of one head run close in time", size=11.5)
+                    box(c, x0 + s * unit, y, (e - s) * unit - 2, 24, f"q{job} · {job + 1}", fill="q", stroke="q",
+                        opacity=0.15 + 0.08 * job, size=12)
+            y += 28
+        c.line(x0 + span * unit, y - 3 * 28 - 4, x0 + span * unit, y, stroke="bar", sw=1.5, dash="4 3")
+        y += 22
+    c.text(12, y + 4, "A box: query tile q and the KV iterations it costs (the diagonal makes later tiles longer).",
+           size=12, fill="muted")
+    c.text(12, y + 24, "Stage 18: tiles numbered longest first within groups of heads whose K and V fit in L2;",
+           size=12, fill="muted")
+    c.text(12, y + 42, "the producer claims the next with an atomic counter and hands its id to the consumers.",
+           size=12, fill="muted")
     return done(c, stage, "Greedy list scheduling of the example costs, computed, not drawn by hand.")
