@@ -67,7 +67,7 @@ def test_every_stage_page_has_its_measured_timeline(real):
         else:
             assert "Measured, causal" not in html
         # the model's own window is not drawn a second time on the page
-        assert f'id="s{s.id}-timeline"' not in built.fragments[f"diagrams-{s.name}"]
+        assert f"fig-s{s.id}-timeline" not in built.fragments and f'id="s{s.id}-timeline"' not in html
 
 
 def test_the_timelines_are_assets_to_open_full_size(real):
