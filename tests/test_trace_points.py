@@ -1,5 +1,5 @@
 """Trace points vanish without -DHOPATTN_TRACE: each stage compiles to the same SASS as the same
-source with its trace points deleted, and the traced build compiles (common/trace.cuh)."""
+source with its trace points deleted, and the traced build compiles (common/trace.cuh, common/trace_recorder.cuh)."""
 
 from __future__ import annotations
 
@@ -93,5 +93,6 @@ def test_the_stripping_rule_refuses_trace_points_inside_other_statements():
 def test_the_traced_build_of_the_final_stage_compiles(tmp_path):
     _nvcc_or_skip()
     stage = STAGES[-1]
-    sass = _sass(stage, stage.kernel_path.read_text(), tmp_path, "traced", defines=("-DHOPATTN_TRACE",))
+    sass = _sass(stage, stage.kernel_path.read_text(), tmp_path, "traced",
+                 defines=(build.TRACE_FLAG, "-include", str(build.TRACE_RECORDER)))
     assert "CS2R" in sass or "S2UR" in sass  # the clock reads are there

@@ -8,7 +8,7 @@ import pytest
 from hopattn import lineage
 from hopattn.records import traces
 
-HEADER = lineage.ATTENTION_DIR / "common" / "trace.cuh"
+HEADER = lineage.TRACE_RECORDER
 
 
 def test_event_names_follow_the_header_enum():
@@ -27,10 +27,11 @@ def _buffers(steps=12, tiles=2, warps=3, capacity=256, base=(1 << 32) - 5000, mh
 
     def put(warp, name, tile, kv, t0, t1):
         row = records[0][warp][counts[warp]]
-        row[:] = [ev[name], (tile << 16) | (kv & 0xFFFF), t0 & 0xFFFFFFFF, t1 & 0xFFFFFFFF]
+        row[:] = [(ev[name] | (tile << 8)) & 0xFFFFFFFF, kv & 0xFFFFFFFF, t0 & 0xFFFFFFFF, t1 & 0xFFFFFFFF]
         counts[warp] += 1
 
     put(0, "load_q", 1, -1, t, t)  # the producer loads the second tile's Q at once: not the boundary
+    put(0, "wait_empty", -1, 7, t, t)  # before any tile: tile -1 (signed), a K/V step of its own
     for tile in range(tiles):
         for kv in range(steps):
             put(0, "load_k", tile, kv, t, t)
@@ -60,7 +61,8 @@ def test_device_buffers_decode_into_a_valid_record(tmp_path):
     assert rec["per_step_ns"] == 500.0  # 1000 cycles at 2 GHz
     assert rec["roles"] == ["producer", "consumer", "consumer"]
     assert rec["overhead"]["pct"] == 2.5
-    assert rec["recorded"] == 2 * 12 * 5 + 4 + 1
+    assert rec["recorded"] == 2 * 12 * 5 + 4 + 2
+    assert traces.decode(records, bases, infos, mhz)[0][1][2:5] == ["wait_empty", -1, 7]
     boundary = 12 * 1000 + 400  # cycles: the second tile's first step, after the first tile and its epilogue
     assert rec["window"]["start_ns"] == pytest.approx((boundary + 110 - 5 * 1000) / 2, abs=1)
     tiles = {e[3] for e in rec["events"]}
@@ -87,7 +89,16 @@ def test_a_record_names_the_field_that_is_wrong(tmp_path):
         traces.validate(dict(rec, run={}), "x.json")
 
 
-def test_staleness_follows_the_source_hash():
+def test_staleness_follows_the_source_hash_and_the_recorder():
     stage = lineage.discover()[-1]
-    assert not traces.is_stale({"source_hash": stage.source_hash()}, stage)
-    assert traces.is_stale({"source_hash": "0" * 16}, stage)
+    current = {"source_hash": stage.source_hash(), "recorder_hash": lineage.trace_recorder_hash()}
+    assert not traces.is_stale(current, stage)
+    assert traces.is_stale(dict(current, source_hash="0" * 16), stage)
+    assert traces.is_stale(dict(current, recorder_hash="0" * 16), stage)
+    assert traces.is_stale({"source_hash": stage.source_hash()}, stage)  # made before the recorder's hash
+
+
+def test_the_recorder_is_in_no_stage_s_sources():
+    """Changing how events are recorded must not make every stage's numbers stale."""
+    for stage in lineage.discover():
+        assert lineage.TRACE_RECORDER.resolve() not in stage.source_files(), stage.name

@@ -70,10 +70,13 @@ def nvcc_version() -> str:
 
 
 TRACE_FLAG = "-DHOPATTN_TRACE"  # the trace points of common/trace.cuh record (python -m bench.trace)
+# The recorder behind them: force-included by the traced build only, so it is outside every stage's
+# sources (and hash); the traced library's cache key and the trace records carry its own hash.
+TRACE_RECORDER = lineage.TRACE_RECORDER
 
 
 def nvcc_flags(stage: lineage.Stage, traced: bool = False) -> list[str]:
-    return COMMON_FLAGS + GENCODE[stage.arch] + ([TRACE_FLAG] if traced else [])
+    return COMMON_FLAGS + GENCODE[stage.arch] + ([TRACE_FLAG, "-include", str(TRACE_RECORDER)] if traced else [])
 
 
 def _key(*parts: str) -> str:
@@ -81,7 +84,8 @@ def _key(*parts: str) -> str:
 
 
 def library_path(stage: lineage.Stage, traced: bool = False) -> Path:
-    key = _key(stage.source_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version())
+    key = _key(stage.source_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version(),
+               lineage.trace_recorder_hash() if traced else "")
     return build_dir() / f"stage{stage.id}-{stage.slug}{'-traced' if traced else ''}-{key}.so"
 
 

@@ -159,6 +159,15 @@ def source_files(kernel: Path) -> list[Path]:
     return [seen[0]] + sorted(seen[1:])
 
 
+# The recorder behind the trace points (common/trace.cuh): force-included by the traced build only,
+# so it is in no stage's sources; trace records carry its hash beside the stage's.
+TRACE_RECORDER = ATTENTION_DIR / "common" / "trace_recorder.cuh"
+
+
+def trace_recorder_hash() -> str:
+    return hashlib.sha256(TRACE_RECORDER.read_bytes()).hexdigest()[:16]
+
+
 def source_hash(kernel: Path) -> str:
     """sha256 over the stage's sources: names relative to the lineage folder (kernels/attention,
     or a copy of it elsewhere: a copied stage keeps its hash), then contents."""

@@ -1,9 +1,9 @@
 """The trace records (bench/results/traces/<gpu-slug>/<NN>[-causal].json): what every warp of the
 CTAs on one SM did, and when, in one launch of a stage built with its trace points on
-(common/trace.cuh; the producer is `python -m bench.trace`).
+(common/trace.cuh, recorded by common/trace_recorder.cuh; the producer is `python -m bench.trace`).
 
 A record holds the run's provenance (date, commit, dirty flag, environment), the stage's source
-hash (a record older than its stage's sources is stale, as numbers are), the shape and mask, the
+hash and the recorder's (a record older than either is stale, as numbers are), the shape and mask, the
 SM clock the cycles were converted with, the roles of the warps, a window of the steady state with
 an output-tile boundary in it (every event of every traced warp that overlaps it), per-event
 statistics over everything recorded, the median time per K/V step, and the traced build's
@@ -22,7 +22,7 @@ from .fields import Checker, is_int, is_num, is_text, nonneg_num, pos_num
 
 SCHEMA_VERSION = 1
 RESULTS_DIR = Path(__file__).resolve().parents[3] / "bench" / "results" / "traces"
-# The order of TraceEvent in kernels/attention/common/trace.cuh, from 1 (tests check they agree).
+# The order of TraceEvent in kernels/attention/common/trace_recorder.cuh, from 1 (tests check they agree).
 EVENTS = ("load_q", "load_k", "load_v", "load_kv", "wait_q", "wait_k", "wait_v", "wait_kv", "wait_empty",
           "wait_turn", "wait_tile", "qk", "wait_qk", "softmax", "rescale", "pv", "wait_pv", "epilogue", "store")
 # What a K/V step is measured by: the start of each step's first GEMM, else of its load.
@@ -53,6 +53,10 @@ def _unwrap(lo: int, base: int) -> int:
     return base + ((lo - (base & 0xFFFFFFFF)) & 0xFFFFFFFF)
 
 
+def _signed(word: int) -> int:
+    return word - (1 << 32) if word & 0x80000000 else word
+
+
 def decode(records, bases, infos, clock_mhz: float) -> tuple[list[list], list[dict]]:
     """All events of all traced warps, as [slot, warp, event, tile, kv, start_ns, end_ns] with times
     from the earliest CTA start on the SM; and the CTAs (slot, block, sm, start_ns).
@@ -63,13 +67,13 @@ def decode(records, bases, infos, clock_mhz: float) -> tuple[list[list], list[di
     for slot, per_warp in enumerate(records):
         base = int(bases[slot][0])
         for warp, rows in enumerate(per_warp):
-            for event, tag, start, end in (tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows):
+            for word0, word1, start, end in (tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows):
+                event = word0 & 0xFF
                 if event == 0:
                     break
-                kv = tag & 0xFFFF
+                tile, kv = _signed(word0) >> 8, _signed(word1)
                 t0, t1 = _unwrap(start, base) - origin, _unwrap(end, base) - origin
-                events.append([slot, warp, EVENTS[event - 1], tag >> 16, -1 if kv == 0xFFFF else kv,
-                               round(t0 * ns, 1), round(t1 * ns, 1)])
+                events.append([slot, warp, EVENTS[event - 1], tile, kv, round(t0 * ns, 1), round(t1 * ns, 1)])
     events.sort(key=lambda e: (e[5], e[0], e[1]))
     ctas = [{"slot": s, "block": int(infos[s][0]), "sm": int(infos[s][1]),
              "start_ns": round((int(bases[s][0]) - origin) * ns, 1)} for s in range(len(bases))]
@@ -136,6 +140,7 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
     return {
         "schema_version": SCHEMA_VERSION,
         "stage": stage.id, "name": stage.name, "source_hash": stage.source_hash(),
+        "recorder_hash": lineage.trace_recorder_hash(),
         "shape": dict(shape), "causal": causal,
         "clock_mhz": round(clock_mhz, 1),
         "ctas": ctas, "roles": roles(stage),
@@ -183,6 +188,9 @@ def validate(data, where: str = "<trace>") -> dict:
     c.get(data, "name", "name", "the stage's NN-slug", is_text)
     c.get(data, "source_hash", "source_hash", "16 hex digits",
           lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v))
+    if "recorder_hash" in data:  # records made before the recorder had a file of its own lack it (stale)
+        c.get(data, "recorder_hash", "recorder_hash", "16 hex digits (common/trace_recorder.cuh)",
+              lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v))
     c.get(data, "causal", "causal", "true or false", lambda v: isinstance(v, bool))
     c.get(data, "clock_mhz", "clock_mhz", "a positive number", pos_num)
     shape = c.get(data, "shape", "shape", "an object of batch, heads, len_q, len_k, head_dim",
@@ -232,4 +240,6 @@ def load_all(gpu_folder) -> dict[tuple[str, bool], dict]:
 
 
 def is_stale(record: dict, stage: lineage.Stage) -> bool:
-    return record["source_hash"] != stage.source_hash()
+    """Older than its stage's sources, or recorded by another recorder (common/trace_recorder.cuh)."""
+    return (record["source_hash"] != stage.source_hash()
+            or record.get("recorder_hash") != lineage.trace_recorder_hash())
