@@ -159,6 +159,18 @@ def test_mask_verdict_is_cached_per_tensor_but_sees_in_place_edits():
     assert alive() is None  # the cache does not keep a model's mask alive
 
 
+def test_masks_taken_in_turn_are_each_read_once(monkeypatch):
+    """LTX-2 hands its layers a few masks in turn; reading one is a device sync, so each is read once."""
+    reads = []
+    real = masks._classify
+    monkeypatch.setattr(masks, "_classify", lambda m, q, k: reads.append(id(m)) or real(m, q, k))
+    video, audio = torch.ones(1, 1, 1, 6, dtype=torch.bool), torch.ones(1, 1, 1, 3, dtype=torch.bool)
+    for _ in range(10):  # ten layers, each with both masks
+        assert masks.classify(video, 4, 6) == masks.NONE
+        assert masks.classify(audio, 4, 3) == masks.NONE
+    assert sorted(reads) == sorted([id(video), id(audio)])
+
+
 def test_top_left_causal_keeps_the_keys_sdpa_would_see():
     assert masks.top_left_causal(8, 8) == (8, None)
     assert masks.top_left_causal(4, 10) == (4, None)

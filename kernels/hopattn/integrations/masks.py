@@ -19,21 +19,28 @@ OTHER = "other"
 # Additive masks write "masked" as a large negative number: -inf, finfo.min, or -10000 (diffusers).
 MASKED_AT_OR_BELOW = -1.0e4
 
-# (weak ref to the mask, its version, q_len, k_len, verdict): a model passes one mask to every layer
-_cache: tuple | None = None
+# Verdicts of the masks seen lately: id(mask) -> (weak ref to it, its version, q_len, k_len, verdict).
+# A model passes the same few masks to every layer (LTX-2: one per stream and direction, taken in
+# turn), and classifying one reads it back to the host: a device sync that stalls the CPU's run-ahead.
+# So each mask is read once while it lives and is not written to, however the model interleaves them.
+_CACHE_SIZE = 16
+_cache: dict[int, tuple] = {}
 
 
 def classify(mask: torch.Tensor | None, q_len: int, k_len: int) -> str:
     """NONE, CAUSAL or OTHER for a bool (True = attend) or additive float mask broadcastable to
     [B, H, q_len, k_len]."""
-    global _cache
     if mask is None:
         return NONE
-    c = _cache
+    c = _cache.get(id(mask))
     if c is not None and c[0]() is mask and c[1:4] == (mask._version, q_len, k_len):
         return c[4]
     verdict = _classify(mask, q_len, k_len)
-    _cache = (weakref.ref(mask), mask._version, q_len, k_len, verdict)
+    for key in [key for key, entry in _cache.items() if entry[0]() is None]:  # masks that are gone
+        del _cache[key]
+    if len(_cache) >= _CACHE_SIZE:
+        del _cache[next(iter(_cache))]  # the oldest
+    _cache[id(mask)] = (weakref.ref(mask), mask._version, q_len, k_len, verdict)
     return verdict
 
 
