@@ -238,3 +238,13 @@ def test_dry_run_end_to_end_survives_a_planted_hang(tmp_path):
     calls = data["models"]["ltx-2-512x768x121"]["attention_calls"]
     reasons = {c["head_dim"]: c["reason"] for c in calls}
     assert reasons == {128: None, 64: "head dim 64 (hopattn serves 128)"}
+
+
+def test_committed_model_records_are_valid_and_canonical():
+    from pathlib import Path
+
+    from hopattn import model_records
+
+    for path in sorted((Path(__file__).resolve().parent.parent / "bench" / "results").glob("models-*.json")):
+        data = model_records.load(path)
+        assert path.read_text() == model_records.to_json(model_records.normalize(data)), path

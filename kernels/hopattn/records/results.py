@@ -225,11 +225,12 @@ def load_results(path) -> dict:
 
 
 def load_all(results_dir) -> dict[str, dict]:
-    """Every results file in `results_dir`, keyed by GPU slug; an absent folder gives {}."""
+    """Every results file in `results_dir`, keyed by GPU slug; an absent folder gives {}. The model
+    benchmarks' records (models-<gpu>.json, hopattn.model_records) share the folder and are not these."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         return {}
-    return {p.stem: load_results(p) for p in sorted(results_dir.glob("*.json"))}
+    return {p.stem: load_results(p) for p in sorted(results_dir.glob("*.json")) if not p.name.startswith("models-")}
 
 
 def dump_results(data: dict, path) -> None:
