@@ -8,6 +8,11 @@
                   the TMA store has read it (research/fa3_hopper_study.md, priority 1; predicted
                   +3-4 % at 8k, +4-5 % at 16k without a mask). Non-causal launches only: causal ones
                   are refused (an empty causal tile would stage its zeros in a Q buffer it has not got)
+    20_nolse.cu   stage 20 without its log-sum-exp store (no-LSE launches only): times whether the
+                  1-2 % stage 20 loses to stage 19 without a mask lives in the epilogue's new code.
+                  (Taking the K/V head division out as well makes ptxas spill the producer, whose
+                  budget is 24 registers: that ablation is not clean; time the producer's budget
+                  instead, `compare.py 20 20+PRODUCER_REGS=32+CONSUMER_REGS=232`.)
 Run from the repository root: python3 research/variants/make_20_variants.py, then e.g.
     python3 research/compare.py 20 research/variants/20_rowmax.cu --shapes 4k,8k,16k --causal both
 """
@@ -135,4 +140,8 @@ variant("20_rowmax.cu", "the lazy rescale decided per row, the warp vote after t
                 wgmma_fence_operands(s);
                 wgmma_fence_operands(row_sum);
             };'''),
+])
+
+variant("20_nolse.cu", "the log-sum-exp store taken out (launches without LSE only)", [
+    ("            if (p.lse != nullptr && quad == 0", "            if (false && quad == 0"),
 ])
