@@ -124,7 +124,9 @@ def _tables(record: dict) -> str:
             quality += (f"| {_cell(m['label'])} | {LABELS[b]} | {errors} | {_fmt(case.get('memory_gib'), 1)} | "
                         f"{_fmt(case['step_ms']['spread_pct'], 1)} % |\n")
     return ("Whole step (median ms; speedup over SDPA's default backend in brackets):\n\n" + head + step +
-            "\nAttention alone (the step's attention calls replayed one by one; ms per step):\n\n" + head + attn +
+            "\nAttention alone (the step's attention calls replayed one by one, each timed on its own with the "
+            "GPU waiting for it, so the host time before each launch counts here in full; in the whole step the CPU runs "
+            "ahead and hides most of it; ms per step):\n\n" + head + attn +
             "\nOutputs and memory (relative error of the final output against the SDPA run; logits: also the "
             "share of positions whose argmax agrees):\n\n" + quality)
 
