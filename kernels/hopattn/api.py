@@ -71,9 +71,18 @@ def stage_info(stage=None) -> dict:
     return _library(s.number).describe()
 
 
+@lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@lru_cache(maxsize=None)  # per device: it never changes, and asking costs host time in every call
+def _device_capability(device: torch.device) -> tuple[int, int, str]:
+    return (*torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
+
+
 def _check_device_supports(s: lineage.Stage, device: torch.device) -> None:
-    major, minor = torch.cuda.get_device_capability(device)
-    name = torch.cuda.get_device_name(device)
+    major, minor, name = _device_capability(device)
     if s.arch == "sm_90a" and (major, minor) != (9, 0):
         raise RuntimeError(f"stage: stage {s.id} uses sm_90a instructions (wgmma, setmaxnreg), which only "
                            f"Hopper (compute capability 9.0) has; {name} is {major}.{minor}")
@@ -152,7 +161,7 @@ def _run(call: contract.Call, q, k, v, out, lse=None) -> None:
     with torch.cuda.device(q.device):
         lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), call.strides(q), call.strides(k),
                    call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, HEAD_DIM,
-                   call.scale, call.causal, torch.cuda.get_device_properties(q.device).multi_processor_count,
+                   call.scale, call.causal, _sm_count(q.device),
                    torch.cuda.current_stream(q.device).cuda_stream, call.kv_heads, 0 if lse is None else lse.data_ptr())
 
 
