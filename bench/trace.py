@@ -3,14 +3,18 @@
     python -m bench.trace                    # every stage: 8k non-causal, and causal from stage 17 on
     python -m bench.trace --stages 19-20     # some stages
 
-Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): lane 0 of every warp
-of the CTAs that run on one SM records the SM clock at the start and end of each event. The
-producer launches it once at the fixed shape, reads the records back, converts cycles to
-nanoseconds with the SM clock it read during the run, and writes one committed record per stage
-and mask through hopattn.records.traces (bench/results/traces/<gpu>/<NN>[-causal].json): a
-window of the steady state with a tile boundary in it, the median time per K/V step, per-event
-statistics over everything recorded, and the traced build's overhead on the kernel's time
-(traced against untraced launches, interleaved, same process).
+Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): the warps of the CTAs
+that run on one SM record the SM clock at the start and end of their events. What each warp
+records is chosen here (common/trace_recorder.cuh): in a stage whose warpgroups issue wgmmas, the
+loop's event kinds are spread over each warpgroup's four warps (they run the loop in near
+lockstep), and a persistent stage records only the first output tiles of each CTA, the ones the
+timeline's window shows. The producer launches it at the fixed shape, reads the records back,
+converts cycles to nanoseconds with the SM clock it read during the run, and writes one committed
+record per stage and mask through hopattn.records.traces (bench/results/traces/<gpu>/<NN>[-causal].json):
+a window of the steady state with a tile boundary in it, the median time per K/V step, per-event
+statistics over everything recorded, and what recording costs: the traced build's kernel time
+against the untraced build's (interleaved, same process), and the time per K/V step with every
+event recorded against the time per step with only each step's QKᵀ recorded (one record a step).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ from . import env, shapes
 
 TARGET_SM = 0
 MAX_CTAS = 8  # CTAs traced on the target SM: the first to start there (non-persistent stages keep several)
+PERSISTENT_TILES = 3  # output tiles a persistent CTA records: the window needs the first boundary
+# The loop's event kinds, spread over a warpgroup's four warps (a wgmma's issue and its wait on one warp,
+# so the timeline can pair them); every other kind (loads, Q, the epilogue, the store) is recorded by
+# every warp that meets it.
+SPLIT_KINDS = (("qk", "wait_qk"), ("pv", "wait_pv"), ("softmax", "wait_turn", "wait_kv"), ("rescale", "wait_k", "wait_v"))
 SHAPE = shapes.SHAPES["8k"]
 OVERHEAD_ROUNDS = 5
 
@@ -70,6 +79,42 @@ def _sm_mhz(torch, bases) -> float:
         return float(env.read_clocks()["sm_mhz"])
 
 
+def _bit(name: str) -> int:
+    return 1 << (traces.EVENTS.index(name) + 1)
+
+
+def split_roles(stage: lineage.Stage) -> list[str]:
+    """The roles whose loop kinds are spread over their warps: warpgroups of a stage that issues wgmmas."""
+    if "wgmma" not in stage.kernel_path.read_text():
+        return []
+    return [r.name for r in stage.roles if len(r.warps) == 4 and not r.name.startswith("producer")]
+
+
+def kind_masks(stage: lineage.Stage, light: bool = False) -> list[int]:
+    """The event kinds each warp records (bit e: event e, as common/trace_recorder.cuh counts them).
+    light: only QKᵀ, on the warps that record it, to time the steps with one record each."""
+    everything = sum(_bit(e) for e in traces.EVENTS)
+    split = {k for group in SPLIT_KINDS for k in group}
+    masks = [everything] * (stage.threads // 32)
+    for role in stage.roles:
+        if role.name in split_roles(stage):
+            for i, w in enumerate(role.warps):
+                masks[w] = (everything & ~sum(_bit(k) for k in split)) | sum(_bit(k) for k in SPLIT_KINDS[i])
+    if light:
+        masks = [m & _bit("qk") for m in masks]
+    return masks
+
+
+def records_per_warp(stage: lineage.Stage, capacity: int) -> int:
+    """A persistent CTA's first PERSISTENT_TILES output tiles or so (a warp records up to five
+    events per K/V step: a producer's two loads and two waits, a consumer's share; and a few per
+    tile), else everything that fits."""
+    if not stage.persistent:
+        return capacity
+    steps = math.ceil(SHAPE.len_k / stage.block_n)
+    return min(capacity, PERSISTENT_TILES * (5 * steps + 16))
+
+
 def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     from hopattn import api
 
@@ -85,11 +130,14 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     events = torch.zeros(MAX_CTAS * warps * capacity * 4, dtype=torch.int32, device="cuda")
     base = torch.zeros(MAX_CTAS * 2, dtype=torch.int64, device="cuda")
     info = torch.zeros(MAX_CTAS * 2, dtype=torch.int32, device="cuda")
-    slots = torch.zeros(1, dtype=torch.int32, device="cuda")
+    # [0] the slot counter (zeroed before each launch), [1] records per warp, [2 + w] warp w's kinds
+    per_warp = records_per_warp(stage, capacity)
+    control = torch.tensor([0, per_warp, *kind_masks(stage)], dtype=torch.int64).to(torch.int32).cuda()
+    slots = control[:1]
     run_plain, run_traced = (_launcher(torch, lib, q, k, v, out, causal) for lib in (plain, traced))
 
     # The buffers' addresses, once; each traced launch then starts with the slot counter at 0.
-    traced.trace_setup(events.data_ptr(), base.data_ptr(), info.data_ptr(), slots.data_ptr(), MAX_CTAS, warps,
+    traced.trace_setup(events.data_ptr(), base.data_ptr(), info.data_ptr(), control.data_ptr(), MAX_CTAS, warps,
                        TARGET_SM)
     run_plain()
     expected = out.clone()
@@ -101,17 +149,25 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     for _ in range(OVERHEAD_ROUNDS):  # interleaved, so clock drift falls on both alike
         plain_ms.append(_median_ms(torch, run_plain))
         traced_ms.append(_median_ms(torch, run_traced, before=slots.zero_))
-    for buffer in (events, base, info, slots):
-        buffer.zero_()
-    run_traced()  # the launch whose records are kept
-    torch.cuda.synchronize()
-    used = min(int(slots.item()), MAX_CTAS)
-    records = events.view(MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy()
-    bases = base.view(MAX_CTAS, 2)[:used].cpu().tolist()
-    infos = info.view(MAX_CTAS, 2)[:used].cpu().tolist()
+
+    def recorded():  # one traced launch, its records read back
+        for buffer in (events, base, info, slots):
+            buffer.zero_()
+        run_traced()
+        torch.cuda.synchronize()
+        used = min(int(slots.item()), MAX_CTAS)
+        return (events.view(MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy(),
+                base.view(MAX_CTAS, 2)[:used].cpu().tolist(), info.view(MAX_CTAS, 2)[:used].cpu().tolist())
+
+    records, bases, infos = recorded()  # the launch whose records are kept
     clock_mhz = _sm_mhz(torch, bases)
+    # The same launch with one record a K/V step: how much recording every event stretches a step.
+    control[2:] = torch.tensor(kind_masks(stage, light=True), dtype=torch.int64).to(torch.int32).cuda()
+    light_step = traces.step_ns(traces.decode(*recorded(), clock_mhz)[0])
+    control[2:] = torch.tensor(kind_masks(stage), dtype=torch.int64).to(torch.int32).cuda()
     return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
-                              plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms))
+                              plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms),
+                              light_step_ns=light_step, split=split_roles(stage), per_warp=per_warp)
 
 
 def main(argv=None) -> int:
@@ -137,7 +193,8 @@ def main(argv=None) -> int:
             o = record["overhead"]
             print(f"[{time.perf_counter() - start:6.1f}s] stage {stage.id} {'causal' if causal else 'non-causal'}: "
                   f"{len(record['events'])} events in the window, {record['per_step_ns']:.0f} ns per K/V step, "
-                  f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %) -> {path}", flush=True)
+                  f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %), "
+                  f"step {o.get('step_pct', float('nan')):+.1f} % against one record a step -> {path}", flush=True)
     return 0
 
 

@@ -145,3 +145,8 @@ variant("20_rowmax.cu", "the lazy rescale decided per row, the warp vote after t
 variant("20_nolse.cu", "the log-sum-exp store taken out (launches without LSE only)", [
     ("            if (p.lse != nullptr && quad == 0", "            if (false && quad == 0"),
 ])
+
+variant("20_mha.cu", "no log-sum-exp store and no K/V-head division (MHA launches without LSE only)", [
+    ("            if (p.lse != nullptr && quad == 0", "            if (false && quad == 0"),
+    ("    t.kv_head = t.head / (p.heads / p.kv_heads);", "    t.kv_head = t.head;"),
+])

@@ -1,12 +1,21 @@
 // The recorder behind the trace points of common/trace.cuh: force-included by the traced build
 // (nvcc -DHOPATTN_TRACE -include trace_recorder.cuh), never by a stage, so it can change without
-// changing any stage's sources. What it must not do is change the schedule it records; so each
-// event costs as little as the record allows:
+// changing any stage's sources. What it must not do is change the schedule it records. A record
+// costs some twenty-five cycles of a warp's instruction stream, and a K/V step of a Hopper stage
+// holds eight to ten events per warp, on the softmax's dependency chain; recorded in full, they made
+// the traced build 16-22 % slower. So a record is only made where it is needed:
 //
+//   - which event kinds a warp records is the host's choice, per warp (a bit mask, read once at the
+//     start): a warpgroup's four warps run its loop in near lockstep (they issue its wgmmas
+//     together), so the host spreads the loop's kinds over them, two or three per warp, and the
+//     timeline merges them back into one lane; an event a warp does not record costs its start's
+//     clock read and one test;
+//   - each warp records its first `capacity` events (the host's choice too): the output tiles
+//     the timeline's window needs, not the whole launch;
 //   - the buffers' addresses sit in the constant bank (read as an operand: no load, no register);
-//   - the clock reads are volatile (they stay in order with the stage's own asm: wgmma, mbarrier
+//     the clock reads are volatile (they stay in order with the stage's own asm: wgmma, mbarrier
 //     waits) but clobber no memory, so the compiler keeps every value it holds in registers;
-//   - a record is one 16-byte store by lane 0, guarded by one comparison.
+//   - a record is one 16-byte store by lane 0.
 #pragma once
 #define HOPATTN_TRACE_RECORDER
 
@@ -25,7 +34,7 @@ enum TraceEvent : uint32_t {
     kevent_count
 };
 
-constexpr int TRACE_CAPACITY = 4096;  // records per warp: the first ones of the launch
+constexpr int TRACE_CAPACITY = 4096;  // room per warp; the host's `capacity` may use less
 
 // One record: 16 bytes: event | tile << 8 (tile may be -1), the K/V step (-1: none), and the low
 // 32 bits of clock64 at its start and its end. Where a record sits says whose it is:
@@ -35,7 +44,8 @@ struct TraceTarget {
     uint4* events;            // [max_ctas][warps][TRACE_CAPACITY]
     unsigned long long* base; // [max_ctas][2]: clock64 and %globaltimer (ns) when the CTA started
     uint32_t* info;           // [max_ctas][2]: linear block index, SM
-    uint32_t* slots;          // the next free slot (zeroed before the launch)
+    uint32_t* control;        // [0] the next free slot (zeroed before each launch), [1] records per warp
+                              // (at most TRACE_CAPACITY), [2 + w] the event kinds warp w records (bit e)
     int max_ctas, warps, target_sm;
 };
 __constant__ TraceTarget g_trace;
@@ -46,10 +56,13 @@ __device__ __forceinline__ uint32_t trace_now() {
     return uint32_t(t);
 }
 
-// Per thread: the records [next, end) this thread may still write. Lane 0 of a traced warp owns
-// its warp's region; every other thread has next == end, so the guard is one comparison.
+// Per warp: the records [next, end) it may still write and the event kinds it records (bit e:
+// event e), the same in all 32 lanes. They are broadcast from lane 0 with a shuffle, which tells
+// the compiler they are warp-uniform: it keeps them in uniform registers, and the test of an
+// event is one uniform branch. All lanes store the same record to the same address: one write.
 struct TraceWarp {
     int next = 0, end = 0;
+    uint32_t kinds = 0;
 };
 
 // Thread 0 claims a slot when the CTA runs on the target SM; the slot reaches the other threads
@@ -60,7 +73,7 @@ __device__ __forceinline__ TraceWarp trace_init(int* shared_slot) {
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
         int slot = -1;
         if (int(sm) == g_trace.target_sm) {
-            slot = int(atomicAdd(g_trace.slots, 1u));
+            slot = int(atomicAdd(g_trace.control, 1u));
             if (slot >= g_trace.max_ctas) slot = -1;
         }
         if (slot >= 0) {
@@ -75,18 +88,43 @@ __device__ __forceinline__ TraceWarp trace_init(int* shared_slot) {
         *shared_slot = slot;
     }
     __syncthreads();
+    const int slot = __shfl_sync(0xffffffffu, *shared_slot, 0);
+    const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x / 32), 0);
     TraceWarp w;
-    const int slot = *shared_slot;
-    if (slot >= 0 && threadIdx.x % 32 == 0) {
-        w.next = (slot * g_trace.warps + int(threadIdx.x / 32)) * TRACE_CAPACITY;
-        w.end = w.next + TRACE_CAPACITY;
+    if (slot >= 0 && warp < g_trace.warps) {
+        w.next = (slot * g_trace.warps + warp) * TRACE_CAPACITY;
+        w.end = w.next + min(int(g_trace.control[1]), TRACE_CAPACITY);
+        w.kinds = __shfl_sync(0xffffffffu, g_trace.control[2 + warp], 0);
     }
     return w;
 }
 
-__device__ __forceinline__ void trace_record(TraceWarp& w, uint32_t event, int tile, int kv, uint32_t start,
-                                             uint32_t end) {
-    if (w.next < w.end) g_trace.events[w.next++] = make_uint4(event | (uint32_t(tile) << 8), uint32_t(kv), start, end);
+// The end of an event: its record, when this warp records the kind and has room left. Written in
+// PTX for its branch: `bra.uni` (the test is the same in every lane) lets the compiler skip the
+// record with one branch, where left to itself it predicates all of it and a skipped record
+// costs as many cycles as a kept one.
+template <uint32_t EVENT>
+__device__ __forceinline__ void trace_end(TraceWarp& w, int tile, int kv, uint32_t start, bool instant) {
+    asm volatile(
+        "{\n"
+        ".reg .pred skip;\n"
+        ".reg .b32 t, meta;\n"
+        ".reg .b64 at;\n"
+        "and.b32 t, %1, %3;\n"
+        "setp.eq.u32 skip, t, 0;\n"
+        "@skip bra.uni TRACE_SKIP;\n"
+        "mov.u32 t, %%clock;\n"
+        "shl.b32 meta, %5, 8;\n"
+        "or.b32 meta, meta, %4;\n"
+        "mad.wide.s32 at, %0, 16, %8;\n"
+        "st.global.v4.b32 [at], {meta, %6, %7, t};\n"
+        "add.s32 %0, %0, 1;\n"
+        "setp.ge.s32 skip, %0, %2;\n"
+        "@skip mov.b32 %1, 0;\n"
+        "TRACE_SKIP:\n"
+        "}\n"
+        : "+r"(w.next), "+r"(w.kinds)
+        : "r"(w.end), "n"(1u << EVENT), "n"(EVENT), "r"(tile), "r"(kv), "r"(start), "l"(g_trace.events));
 }
 
 // The start of each open event, one element per event kind: indexed by constants only, so each
@@ -96,22 +134,17 @@ __device__ __forceinline__ void trace_record(TraceWarp& w, uint32_t event, int t
     TraceWarp trace_warp_ = trace_init(&trace_slot_shared_); \
     uint32_t trace_start_[kevent_count]
 #define TRACE_BEGIN(event) trace_start_[k##event] = trace_now()
-#define TRACE_END(event, tile, kv) \
-    trace_record(trace_warp_, k##event, (tile), (kv), trace_start_[k##event], trace_now())
-#define TRACE_MARK(event, tile, kv)                                             \
-    do {                                                                        \
-        const uint32_t trace_t_ = trace_now();                                  \
-        trace_record(trace_warp_, k##event, (tile), (kv), trace_t_, trace_t_); \
-    } while (0)
+#define TRACE_END(event, tile, kv) trace_end<k##event>(trace_warp_, (tile), (kv), trace_start_[k##event], false)
+#define TRACE_MARK(event, tile, kv) trace_end<k##event>(trace_warp_, (tile), (kv), trace_now(), true)
 
 // Host: where the next launch records to (the binding calls it before a traced launch), and the
 // capacity the buffers must have.
 extern "C" __attribute__((visibility("default"))) int hopattn_trace_capacity() { return TRACE_CAPACITY; }
 extern "C" __attribute__((visibility("default"))) int hopattn_trace_setup(void* events, void* base, void* info,
-                                                                          void* slots, int max_ctas, int warps,
+                                                                          void* control, int max_ctas, int warps,
                                                                           int target_sm, char* err, int errlen) {
     const TraceTarget t{static_cast<uint4*>(events), static_cast<unsigned long long*>(base),
-                        static_cast<uint32_t*>(info), static_cast<uint32_t*>(slots), max_ctas, warps, target_sm};
+                        static_cast<uint32_t*>(info), static_cast<uint32_t*>(control), max_ctas, warps, target_sm};
     const cudaError_t status = cudaMemcpyToSymbol(g_trace, &t, sizeof(t));
     if (status != cudaSuccess) {
         snprintf(err, errlen, "trace setup failed: %s", cudaGetErrorString(status));
