@@ -4,17 +4,14 @@
     python -m bench.trace --stages 19-20     # some stages
 
 Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): the warps of the CTAs
-that run on one SM record the SM clock at the start and end of their events. What each warp
-records is chosen here (common/trace_recorder.cuh): in a stage whose warpgroups issue wgmmas, the
-loop's event kinds are spread over each warpgroup's four warps (they run the loop in near
-lockstep), and a persistent stage records only the first output tiles of each CTA, the ones the
-timeline's window shows. The producer launches it at the fixed shape, reads the records back,
+that run on one SM record the SM clock at the start and end of their events (a persistent stage's
+CTA its first output tiles only, the ones the timeline's window shows). The producer launches it at the fixed shape, reads the records back,
 converts cycles to nanoseconds with the SM clock it read during the run, and writes one committed
 record per stage and mask through hopattn.records.traces (bench/results/traces/<gpu>/<NN>[-causal].json):
 a window of the steady state with a tile boundary in it, the median time per K/V step, per-event
 statistics over everything recorded, and what recording costs: the traced build's kernel time
-against the untraced build's (interleaved, same process), and the time per K/V step with every
-event recorded against the time per step with only each step's QKᵀ recorded (one record a step).
+against the untraced build's (interleaved, same process), recording and recording nothing (the
+trace points alone).
 """
 
 from __future__ import annotations
@@ -33,86 +30,22 @@ from . import env, shapes
 TARGET_SM = 0
 MAX_CTAS = 8  # CTAs traced on the target SM: the first to start there (non-persistent stages keep several)
 PERSISTENT_TILES = 3  # output tiles a persistent CTA records: the window needs the first boundary
-# The loop's event kinds, spread over a warpgroup's four warps (a wgmma's issue and its wait on one warp,
-# so the timeline can pair them); every other kind (loads, Q, the epilogue, the store) is recorded by
-# every warp that meets it.
-SPLIT_KINDS = (("qk", "wait_qk"), ("pv", "wait_pv"), ("softmax", "wait_turn", "wait_kv"), ("rescale", "wait_k", "wait_v"))
-SHAPE = shapes.SHAPES["8k"]
-OVERHEAD_ROUNDS = 5
 
 
-def _launcher(torch, lib, q, k, v, out, causal):
-    b, h, lq, _ = q.shape
-    st = (h * lq * 128, lq * 128, 128)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-
-    def run():
-        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st, st, st, st, b, h, lq, lq, 128,
-                   1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
-    return run
-
-
-def _median_ms(torch, fn, before=None, n=10) -> float:
-    """Median of n launches timed with CUDA events; `before` runs ahead of each, outside the events."""
-    times = []
-    for _ in range(n):
-        if before is not None:
-            before()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _sm_mhz(torch, bases) -> float:
-    """The SM clock during the launch: from the CTAs' (clock64, globaltimer) pairs when several CTAs
-    started at different times, else as the driver reports it right after the launch."""
-    pairs = sorted((int(ns), int(clk)) for clk, ns in bases)
-    if len(pairs) >= 2 and pairs[-1][0] - pairs[0][0] > 20_000:  # 20 us apart at least
-        return (pairs[-1][1] - pairs[0][1]) / (pairs[-1][0] - pairs[0][0]) * 1000.0
-    try:
-        return float(torch.cuda.clock_rate())
-    except Exception:  # noqa: BLE001  (no NVML): nvidia-smi's reading
-        return float(env.read_clocks()["sm_mhz"])
-
-
-def _bit(name: str) -> int:
-    return 1 << (traces.EVENTS.index(name) + 1)
-
-
-def split_roles(stage: lineage.Stage) -> list[str]:
-    """The roles whose loop kinds are spread over their warps: warpgroups of a stage that issues wgmmas."""
-    if "wgmma" not in stage.kernel_path.read_text():
-        return []
-    return [r.name for r in stage.roles if len(r.warps) == 4 and not r.name.startswith("producer")]
-
-
-def kind_masks(stage: lineage.Stage, light: bool = False) -> list[int]:
-    """The event kinds each warp records (bit e: event e, as common/trace_recorder.cuh counts them).
-    light: only QKᵀ, on the warps that record it, to time the steps with one record each."""
-    everything = sum(_bit(e) for e in traces.EVENTS)
-    split = {k for group in SPLIT_KINDS for k in group}
-    masks = [everything] * (stage.threads // 32)
-    for role in stage.roles:
-        if role.name in split_roles(stage):
-            for i, w in enumerate(role.warps):
-                masks[w] = (everything & ~sum(_bit(k) for k in split)) | sum(_bit(k) for k in SPLIT_KINDS[i])
-    if light:
-        masks = [m & _bit("qk") for m in masks]
-    return masks
+def kind_masks(stage: lineage.Stage, record: bool = True) -> list[int]:
+    """The event kinds each warp records (bit e: event e, as common/trace_recorder.cuh counts them):
+    every kind, or none (the trace points' own cost, with nothing recorded)."""
+    everything = sum(1 << (i + 1) for i in range(len(traces.EVENTS)))
+    return [everything if record else 0] * (stage.threads // 32)
 
 
 def records_per_warp(stage: lineage.Stage, capacity: int) -> int:
-    """A persistent CTA's first PERSISTENT_TILES output tiles or so (a warp records up to five
-    events per K/V step: a producer's two loads and two waits, a consumer's share; and a few per
-    tile), else everything that fits."""
+    """A persistent CTA's first PERSISTENT_TILES output tiles (up to 12 events per K/V step and a few
+    per tile), else everything that fits."""
     if not stage.persistent:
-        return capacity
+        return capacity - 1  # the last record of a warp's room takes every event past the end
     steps = math.ceil(SHAPE.len_k / stage.block_n)
-    return min(capacity, PERSISTENT_TILES * (5 * steps + 16))
+    return min(capacity - 1, PERSISTENT_TILES * (12 * steps + 16))
 
 
 def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
@@ -145,10 +78,18 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     torch.cuda.synchronize()
     if not torch.equal(out, expected):
         raise RuntimeError(f"stage {stage.id}: the traced build's output differs from the plain build's")
-    plain_ms, traced_ms = [], []
-    for _ in range(OVERHEAD_ROUNDS):  # interleaved, so clock drift falls on both alike
+    full, idle = (torch.tensor(kind_masks(stage, r), dtype=torch.int64).to(torch.int32).cuda() for r in (True, False))
+
+    def run_idle():  # the traced build recording nothing: what its trace points cost by themselves
+        control[2:] = idle
+        run_traced()
+        control[2:] = full
+
+    plain_ms, traced_ms, idle_ms = [], [], []
+    for _ in range(OVERHEAD_ROUNDS):  # interleaved, so clock drift falls on all alike
         plain_ms.append(_median_ms(torch, run_plain))
         traced_ms.append(_median_ms(torch, run_traced, before=slots.zero_))
+        idle_ms.append(_median_ms(torch, run_idle, before=slots.zero_))
 
     def recorded():  # one traced launch, its records read back
         for buffer in (events, base, info, slots):
@@ -160,14 +101,9 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
                 base.view(MAX_CTAS, 2)[:used].cpu().tolist(), info.view(MAX_CTAS, 2)[:used].cpu().tolist())
 
     records, bases, infos = recorded()  # the launch whose records are kept
-    clock_mhz = _sm_mhz(torch, bases)
-    # The same launch with one record a K/V step: how much recording every event stretches a step.
-    control[2:] = torch.tensor(kind_masks(stage, light=True), dtype=torch.int64).to(torch.int32).cuda()
-    light_step = traces.step_ns(traces.decode(*recorded(), clock_mhz)[0])
-    control[2:] = torch.tensor(kind_masks(stage), dtype=torch.int64).to(torch.int32).cuda()
-    return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
+    return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, _sm_mhz(torch, bases),
                               plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms),
-                              light_step_ns=light_step, split=split_roles(stage), per_warp=per_warp)
+                              idle_ms=statistics.median(idle_ms), per_warp=per_warp)
 
 
 def main(argv=None) -> int:
@@ -194,7 +130,7 @@ def main(argv=None) -> int:
             print(f"[{time.perf_counter() - start:6.1f}s] stage {stage.id} {'causal' if causal else 'non-causal'}: "
                   f"{len(record['events'])} events in the window, {record['per_step_ns']:.0f} ns per K/V step, "
                   f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %), "
-                  f"step {o.get('step_pct', float('nan')):+.1f} % against one record a step -> {path}", flush=True)
+                  f"recording nothing {o['idle_pct']:+.1f} % -> {path}", flush=True)
     return 0
 
 
