@@ -32,6 +32,48 @@ MAX_CTAS = 8  # CTAs traced on the target SM: the first to start there (non-pers
 PERSISTENT_TILES = 3  # output tiles a persistent CTA records: the window needs the first boundary
 
 
+SHAPE = shapes.SHAPES["8k"]
+OVERHEAD_ROUNDS = 5
+
+
+def _launcher(torch, lib, q, k, v, out, causal):
+    b, h, lq, _ = q.shape
+    st = (h * lq * 128, lq * 128, 128)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def run():
+        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st, st, st, st, b, h, lq, lq, 128,
+                   1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
+    return run
+
+
+def _median_ms(torch, fn, before=None, n=10) -> float:
+    """Median of n launches timed with CUDA events; `before` runs ahead of each, outside the events."""
+    times = []
+    for _ in range(n):
+        if before is not None:
+            before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _sm_mhz(torch, bases) -> float:
+    """The SM clock during the launch: from the CTAs' (clock64, globaltimer) pairs when several CTAs
+    started at different times, else as the driver reports it right after the launch."""
+    pairs = sorted((int(ns), int(clk)) for clk, ns in bases)
+    if len(pairs) >= 2 and pairs[-1][0] - pairs[0][0] > 20_000:  # 20 us apart at least
+        return (pairs[-1][1] - pairs[0][1]) / (pairs[-1][0] - pairs[0][0]) * 1000.0
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001  (no NVML): nvidia-smi's reading
+        return float(env.read_clocks()["sm_mhz"])
+
+
 def kind_masks(stage: lineage.Stage, record: bool = True) -> list[int]:
     """The event kinds each warp records (bit e: event e, as common/trace_recorder.cuh counts them):
     every kind, or none (the trace points' own cost, with nothing recorded)."""
