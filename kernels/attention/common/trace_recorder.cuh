@@ -1,20 +1,21 @@
 // The recorder behind the trace points of common/trace.cuh: force-included by the traced build
 // (nvcc -DHOPATTN_TRACE -include trace_recorder.cuh), never by a stage, so it can change without
-// changing any stage's sources. What it must not do is change the schedule it records; and a K/V
-// step of a Hopper stage holds eight to ten events per warp, on the softmax's dependency chain. So:
+// changing any stage's sources. What it must not do is change the schedule it records. A record
+// costs some twenty-five cycles of a warp's instruction stream, and a K/V step of a Hopper stage
+// holds eight to ten events per warp, on the softmax's dependency chain; recorded in full, they made
+// the traced build 16-22 % slower. So a record is only made where it is needed:
 //
-//   - a warp that records nothing (every warp outside the target SM) skips an event with one
-//     branch on a predicate the compiler keeps for the whole loop: the trace points then cost their
-//     start's clock read and that branch. The warp's state (next record, room, kinds) is
-//     broadcast from lane 0 with a shuffle, which tells the compiler it is warp-uniform;
-//   - a warp that records writes one 16-byte record per event (all lanes the same bytes to the same
-//     address: one write), predicated on the kinds the host chose for it, with no branch: past its
-//     room, every record goes to one spare record at the end (the host reads only the room);
-//   - the host decides how much room: a persistent CTA records its first output tiles, the ones
-//     the timeline's window shows, not the whole launch;
-//   - the buffers' addresses sit in the constant bank; the clock reads are volatile (they stay in
-//     order with the stage's own asm: wgmma, mbarrier waits) but clobber no memory, so the compiler
-//     keeps every value it holds in registers.
+//   - which event kinds a warp records is the host's choice, per warp (a bit mask, read once at the
+//     start): a warpgroup's four warps run its loop in near lockstep (they issue its wgmmas
+//     together), so the host spreads the loop's kinds over them, two or three per warp, and the
+//     timeline merges them back into one lane; an event a warp does not record costs its start's
+//     clock read and one test;
+//   - each warp records its first `capacity` events (the host's choice too): the output tiles
+//     the timeline's window needs, not the whole launch;
+//   - the buffers' addresses sit in the constant bank (read as an operand: no load, no register);
+//     the clock reads are volatile (they stay in order with the stage's own asm: wgmma, mbarrier
+//     waits) but clobber no memory, so the compiler keeps every value it holds in registers;
+//   - a record is one 16-byte store by lane 0.
 #pragma once
 #define HOPATTN_TRACE_RECORDER
 
@@ -33,7 +34,7 @@ enum TraceEvent : uint32_t {
     kevent_count
 };
 
-constexpr int TRACE_CAPACITY = 4096;  // records per warp, the spare one included; the host may use fewer
+constexpr int TRACE_CAPACITY = 4096;  // room per warp; the host's `capacity` may use less
 
 // One record: 16 bytes: event | tile << 8 (tile may be -1), the K/V step (-1: none), and the low
 // 32 bits of clock64 at its start and its end. Where a record sits says whose it is:
@@ -44,7 +45,7 @@ struct TraceTarget {
     unsigned long long* base; // [max_ctas][2]: clock64 and %globaltimer (ns) when the CTA started
     uint32_t* info;           // [max_ctas][2]: linear block index, SM
     uint32_t* control;        // [0] the next free slot (zeroed before each launch), [1] records per warp
-                              // (at most TRACE_CAPACITY - 1), [2 + w] the event kinds warp w records (bit e)
+                              // (at most TRACE_CAPACITY), [2 + w] the event kinds warp w records (bit e)
     int max_ctas, warps, target_sm;
 };
 __constant__ TraceTarget g_trace;
@@ -55,8 +56,10 @@ __device__ __forceinline__ uint32_t trace_now() {
     return uint32_t(t);
 }
 
-// Per warp, the same in all 32 lanes: the records [next, end) it may still write (record `end` is
-// the spare) and the event kinds it records (bit e: event e; 0: none, the warp records nothing).
+// Per warp: the records [next, end) it may still write and the event kinds it records (bit e:
+// event e), the same in all 32 lanes. They are broadcast from lane 0 with a shuffle, which tells
+// the compiler they are warp-uniform: it keeps them in uniform registers, and the test of an
+// event is one uniform branch. All lanes store the same record to the same address: one write.
 struct TraceWarp {
     int next = 0, end = 0;
     uint32_t kinds = 0;
@@ -90,36 +93,38 @@ __device__ __forceinline__ TraceWarp trace_init(int* shared_slot) {
     TraceWarp w;
     if (slot >= 0 && warp < g_trace.warps) {
         w.next = (slot * g_trace.warps + warp) * TRACE_CAPACITY;
-        w.end = w.next + min(int(g_trace.control[1]), TRACE_CAPACITY - 1);
+        w.end = w.next + min(int(g_trace.control[1]), TRACE_CAPACITY);
         w.kinds = __shfl_sync(0xffffffffu, g_trace.control[2 + warp], 0);
     }
     return w;
 }
 
-// The end of an event: its record, when this warp records the kind. In PTX for its branch: left to
-// itself the compiler predicates the whole record, and a warp that records nothing pays for it.
+// The end of an event: its record, when this warp records the kind and has room left. Written in
+// PTX for its branch: `bra.uni` (the test is the same in every lane) lets the compiler skip the
+// record with one branch, where left to itself it predicates all of it and a skipped record
+// costs as many cycles as a kept one.
 template <uint32_t EVENT>
 __device__ __forceinline__ void trace_end(TraceWarp& w, int tile, int kv, uint32_t start, bool instant) {
     asm volatile(
         "{\n"
-        ".reg .pred none, mine;\n"
-        ".reg .b32 t, meta, at32;\n"
+        ".reg .pred skip;\n"
+        ".reg .b32 t, meta;\n"
         ".reg .b64 at;\n"
-        "setp.eq.u32 none, %1, 0;\n"
-        "@none bra.uni TRACE_SKIP;\n"
         "and.b32 t, %1, %3;\n"
-        "setp.ne.u32 mine, t, 0;\n"
+        "setp.eq.u32 skip, t, 0;\n"
+        "@skip bra.uni TRACE_SKIP;\n"
         "mov.u32 t, %%clock;\n"
         "shl.b32 meta, %5, 8;\n"
         "or.b32 meta, meta, %4;\n"
-        "min.s32 at32, %0, %2;\n"
-        "mad.wide.s32 at, at32, 16, %8;\n"
-        "@mine st.global.v4.b32 [at], {meta, %6, %7, t};\n"
-        "@mine add.s32 %0, %0, 1;\n"
+        "mad.wide.s32 at, %0, 16, %8;\n"
+        "st.global.v4.b32 [at], {meta, %6, %7, t};\n"
+        "add.s32 %0, %0, 1;\n"
+        "setp.ge.s32 skip, %0, %2;\n"
+        "@skip mov.b32 %1, 0;\n"
         "TRACE_SKIP:\n"
         "}\n"
-        : "+r"(w.next)
-        : "r"(w.kinds), "r"(w.end), "n"(1u << EVENT), "n"(EVENT), "r"(tile), "r"(kv), "r"(start), "l"(g_trace.events));
+        : "+r"(w.next), "+r"(w.kinds)
+        : "r"(w.end), "n"(1u << EVENT), "n"(EVENT), "r"(tile), "r"(kv), "r"(start), "l"(g_trace.events));
 }
 
 // The start of each open event, one element per event kind: indexed by constants only, so each

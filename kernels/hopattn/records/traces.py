@@ -57,18 +57,17 @@ def _signed(word: int) -> int:
     return word - (1 << 32) if word & 0x80000000 else word
 
 
-def decode(records, bases, infos, clock_mhz: float, per_warp: int | None = None) -> tuple[list[list], list[dict]]:
+def decode(records, bases, infos, clock_mhz: float) -> tuple[list[list], list[dict]]:
     """All events of all traced warps, as [slot, warp, event, tile, kv, start_ns, end_ns] with times
     from the earliest CTA start on the SM; and the CTAs (slot, block, sm, start_ns).
-    `records`: [slots][warps][capacity][4] int32 as the kernel wrote them (event 0: unused); only
-    the first per_warp of each warp count (the one after them takes every event past the room)."""
+    `records`: [slots][warps][capacity][4] int32 as the kernel wrote them (event 0: unused)."""
     origin = min(int(b[0]) for b in bases)
     ns = 1000.0 / clock_mhz
     events = []
-    for slot, warps_rows in enumerate(records):
+    for slot, per_warp in enumerate(records):
         base = int(bases[slot][0])
-        for warp, rows in enumerate(warps_rows):
-            for word0, word1, start, end in (tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows[:per_warp]):
+        for warp, rows in enumerate(per_warp):
+            for word0, word1, start, end in (tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows):
                 event = word0 & 0xFF
                 if event == 0:
                     break
@@ -129,10 +128,14 @@ def roles(stage: lineage.Stage) -> list[str]:
 
 
 def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases, infos, clock_mhz: float, *,
-                plain_ms: float, traced_ms: float, idle_ms: float | None = None, per_warp: int | None = None) -> dict:
-    """The record (without its run) of one traced launch. idle_ms: the traced build's time when it
-    records nothing (its trace points alone); per_warp: the records each warp had room for."""
-    events, ctas = decode(records, bases, infos, clock_mhz, per_warp)
+                plain_ms: float, traced_ms: float, idle_ms: float | None = None, light_step_ns: float | None = None,
+                split: list[str] = (),
+                per_warp: int | None = None) -> dict:
+    """The record (without its run) of one traced launch. idle_ms: the traced build recording nothing
+    (its trace points alone); light_step_ns: the time per K/V step of the
+    same launch with one record a step; split: the roles whose loop kinds were spread over their
+    warps (the timeline merges them back); per_warp: the records each warp had room for."""
+    events, ctas = decode(records, bases, infos, clock_mhz)
     if not events:
         raise TraceError(f"stage {stage.id}: the traced launch recorded no event on the target SM")
     per_step = step_ns(events)
@@ -154,8 +157,11 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
         "overhead": {"plain_ms": round(plain_ms, 4), "traced_ms": round(traced_ms, 4),
                      "pct": round((traced_ms / plain_ms - 1) * 100, 2),
                      **({"idle_ms": round(idle_ms, 4), "idle_pct": round((idle_ms / plain_ms - 1) * 100, 2)}
-                        if idle_ms else {})},
-        **({"records_per_warp": per_warp} if per_warp else {}),
+                        if idle_ms else {}),
+                     **({"light_step_ns": round(light_step_ns, 1),
+                         "step_pct": round((per_step / light_step_ns - 1) * 100, 2)}
+                        if light_step_ns and per_step else {})},
+        "recorder": {"split_roles": list(split), **({"records_per_warp": per_warp} if per_warp else {})},
     }
 
 
@@ -223,8 +229,13 @@ def validate(data, where: str = "<trace>") -> dict:
     if "idle_ms" in over:  # records made before the recorder could record nothing lack it
         c.get(over, "idle_ms", "overhead.idle_ms", "a positive number", pos_num)
         c.get(over, "idle_pct", "overhead.idle_pct", "a number", is_num)
-    if "records_per_warp" in data:
-        c.get(data, "records_per_warp", "records_per_warp", "a positive integer", lambda v: is_int(v) and v > 0)
+    if "step_pct" in over:  # records made before the one-record-a-step comparison lack it
+        c.get(over, "light_step_ns", "overhead.light_step_ns", "a positive number", pos_num)
+        c.get(over, "step_pct", "overhead.step_pct", "a number", is_num)
+    if "recorder" in data:
+        rec = c.get(data, "recorder", "recorder", "an object", lambda v: isinstance(v, dict))
+        c.get(rec, "split_roles", "recorder.split_roles", "a list of the record's role names",
+              lambda v: isinstance(v, list) and all(r in role_names for r in v))
     run = c.get(data, "run", "run", "an object with date, git_commit, git_dirty, command, environment",
                 lambda v: isinstance(v, dict))
     c.get(run, "date", "run.date", "a UTC date like 2026-12-01T10:00:00Z",
