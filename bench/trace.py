@@ -4,11 +4,8 @@
     python -m bench.trace --stages 19-20     # some stages
 
 Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): the warps of the CTAs
-that run on one SM record the SM clock at the start and end of their events. What each warp
-records is chosen here (common/trace_recorder.cuh): in a stage whose warpgroups issue wgmmas, the
-loop's event kinds are spread over each warpgroup's four warps (they run the loop in near
-lockstep), and a persistent stage records only the first output tiles of each CTA, the ones the
-timeline's window shows. The producer launches it at the fixed shape, reads the records back,
+that run on one SM record the SM clock at the start and end of their events (a persistent stage's
+CTA its first output tiles only, the ones the timeline's window shows). The producer launches it at the fixed shape, reads the records back,
 converts cycles to nanoseconds with the SM clock it read during the run, and writes one committed
 record per stage and mask through hopattn.records.traces (bench/results/traces/<gpu>/<NN>[-causal].json):
 a window of the steady state with a tile boundary in it, the median time per K/V step, per-event
@@ -34,10 +31,6 @@ from . import env, shapes
 TARGET_SM = 0
 MAX_CTAS = 8  # CTAs traced on the target SM: the first to start there (non-persistent stages keep several)
 PERSISTENT_TILES = 3  # output tiles a persistent CTA records: the window needs the first boundary
-# The loop's event kinds, spread over a warpgroup's four warps (a wgmma's issue and its wait on one warp,
-# so the timeline can pair them); every other kind (loads, Q, the epilogue, the store) is recorded by
-# every warp that meets it.
-SPLIT_KINDS = (("qk", "wait_qk"), ("pv", "wait_pv"), ("softmax", "wait_turn", "wait_kv"), ("rescale", "wait_k", "wait_v"))
 SHAPE = shapes.SHAPES["8k"]
 OVERHEAD_ROUNDS = 5
 
@@ -84,36 +77,23 @@ def _bit(name: str) -> int:
     return 1 << (traces.EVENTS.index(name) + 1)
 
 
-def split_roles(stage: lineage.Stage) -> list[str]:
-    """The roles whose loop kinds are spread over their warps: warpgroups of a stage that issues wgmmas."""
-    if "wgmma" not in stage.kernel_path.read_text():
-        return []
-    return [r.name for r in stage.roles if len(r.warps) == 4 and not r.name.startswith("producer")]
-
-
 def kind_masks(stage: lineage.Stage, light: bool = False) -> list[int]:
     """The event kinds each warp records (bit e: event e, as common/trace_recorder.cuh counts them).
     light: only QKᵀ, on the warps that record it, to time the steps with one record each."""
     everything = sum(_bit(e) for e in traces.EVENTS)
-    split = {k for group in SPLIT_KINDS for k in group}
     masks = [everything] * (stage.threads // 32)
-    for role in stage.roles:
-        if role.name in split_roles(stage):
-            for i, w in enumerate(role.warps):
-                masks[w] = (everything & ~sum(_bit(k) for k in split)) | sum(_bit(k) for k in SPLIT_KINDS[i])
     if light:
         masks = [m & _bit("qk") for m in masks]
     return masks
 
 
 def records_per_warp(stage: lineage.Stage, capacity: int) -> int:
-    """A persistent CTA's first PERSISTENT_TILES output tiles or so (a warp records up to five
-    events per K/V step: a producer's two loads and two waits, a consumer's share; and a few per
-    tile), else everything that fits."""
+    """A persistent CTA's first PERSISTENT_TILES output tiles (up to 12 events per K/V step, and a
+    few per tile), else everything that fits."""
     if not stage.persistent:
         return capacity
     steps = math.ceil(SHAPE.len_k / stage.block_n)
-    return min(capacity, PERSISTENT_TILES * (5 * steps + 16))
+    return min(capacity, PERSISTENT_TILES * (12 * steps + 16))
 
 
 def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
@@ -177,7 +157,7 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     control[2:] = torch.tensor(kind_masks(stage), dtype=torch.int64).to(torch.int32).cuda()
     return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
                               plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms),
-                              idle_ms=statistics.median(idle_ms), light_step_ns=light_step, split=split_roles(stage), per_warp=per_warp)
+                              idle_ms=statistics.median(idle_ms), light_step_ns=light_step, per_warp=per_warp)
 
 
 def main(argv=None) -> int:

@@ -9,9 +9,7 @@ event of the window becomes exactly one bar.
   has two rows, and a CTA that ends and the one that follows it sit on one row.
 - A *lane* is one warp of one row. The summary view draws the first warp of each role (a
   warpgroup's warps run in near lockstep) plus any warp that records an event kind its role's first
-  warp does not; the full view draws every traced warp. A role whose loop kinds the recorder spread
-  over its four warps (the record's recorder.split_roles) is one lane in the summary view: its
-  warps' events merged, under its first warp.
+  warp does not; the full view draws every traced warp.
 """
 
 from __future__ import annotations
@@ -65,7 +63,6 @@ class Lane:
     warp: int
     bars: tuple[Bar, ...]
     spans: tuple[Span, ...]
-    merged: bool = False  # the events of all the role's warps (the recorder spread its kinds over them)
 
 
 @dataclass(frozen=True)
@@ -150,16 +147,11 @@ def layout(record: dict, every_warp: bool = False) -> Layout:
     by_lane: dict[tuple[int, int], list[Bar]] = {}
     for b in bars:  # record order: by start time
         by_lane.setdefault((row_of[b.slot], b.warp), []).append(b)
-    split = set(record.get("recorder", {}).get("split_roles", ()))
     lanes = []
     for r in range(len(rows)):
         for role in role_order:
             warps = tuple(w for w, name in enumerate(roles) if name == role)
             present = [w for w in warps if (r, w) in by_lane]
-            if role in split and present and not every_warp:
-                merged = sorted((b for w in present for b in by_lane[(r, w)]), key=lambda b: (b.start, b.warp))
-                lanes.append(Lane(r, role, warps, present[0], tuple(merged), tuple(spans_of(merged)), merged=True))
-                continue
             if not every_warp:
                 shown, kinds = [], set()
                 for w in present:  # the first warp, then any warp with an event kind not yet shown

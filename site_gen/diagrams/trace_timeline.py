@@ -54,8 +54,6 @@ def _issue(event: str, wgmma: bool) -> str:
 
 def lane_label(lane) -> tuple[str, str]:
     warps = lane.role_warps
-    if lane.merged:
-        return trace_lanes.role_label(lane.role), f"warps {warps[0]}–{warps[-1]}"
     of = f" of {warps[0]}–{warps[-1]}" if len(warps) > 1 else ""
     return trace_lanes.role_label(lane.role), f"warp {lane.warp}{of}"
 
@@ -183,7 +181,7 @@ def _lane(c: Canvas, hatch, panel, lay, ln, ly: float, t0: float, scale: float, 
     g = c.d.g(id=c.id(f"{name}-lane-{ln.row}-{ln.warp}"), **{"class": "hd-trace-lane"})
     panel.add(g)
     for b in ln.bars:
-        _bar(c, hatch, g, b, ly, t0, scale, t1, f"{role} · warp {b.warp} · block {lay.blocks.get(b.slot, '?')}", wgmma)
+        _bar(c, hatch, g, b, ly, t0, scale, t1, f"{role} · warp {ln.warp} · block {lay.blocks.get(b.slot, '?')}", wgmma)
     if spans:
         for s in ln.spans:
             _span(c, g, s, ly + TRACK_H + 4, t0, scale, t1, f"{role} · warp {ln.warp}")
@@ -336,13 +334,9 @@ def _legend(c: Canvas, hatch, rows, y: float) -> None:
 
 
 def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool) -> str:
-    split = record.get("recorder", {}).get("split_roles", [])
     shown = ("every traced warp" if every_warp else
              "the first warp of each role (a warpgroup's warps run in near lockstep), and any warp that records "
              "an event its role's first warp does not")
-    if split and not every_warp:
-        shown += ("; each warpgroup's four warps recorded a share of its loop's events (to record less per "
-                  "warp) and are drawn as one lane")
     parts = [f"Recorded on the GPU with the stage's trace points on (`-DHOPATTN_TRACE`, "
              f"kernels/attention/common/trace.cuh): {shown}, in the window of the record "
              f"`bench/results/traces/nvidia-h200/{stage.id}{'-causal' if record['causal'] else ''}.json`. "
@@ -352,9 +346,9 @@ def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool) -> str:
         parts.append("Under each consumer, the wgmmas it has in flight, from their issue to the wait that "
                      "retired them (an upper bound: the wait is where the warp checked).")
     over = record["overhead"]
-    steps = (f", and its K/V steps took {over['step_pct']:+.1f} % against the same launch with one record a step"
-             if "step_pct" in over else "")
     idle = (f" ({over['idle_pct']:+.1f} % when it records nothing: the trace points alone)" if "idle_pct" in over else "")
+    steps = (f"; recording every event stretched its K/V steps by {over['step_pct']:+.1f} % against one record a step"
+             if "step_pct" in over else "")
     parts.append(f"The traced build ran {over['pct']:+.1f} % against the plain one{idle}{steps}, so the "
                  "lengths show the protocol and the relative durations, not exact times.")
     return " ".join(parts)

@@ -2,14 +2,13 @@
 // (nvcc -DHOPATTN_TRACE -include trace_recorder.cuh), never by a stage, so it can change without
 // changing any stage's sources. What it must not do is change the schedule it records. A record
 // costs some twenty-five cycles of a warp's instruction stream, and a K/V step of a Hopper stage
-// holds eight to ten events per warp, on the softmax's dependency chain; recorded in full, they made
-// the traced build 16-22 % slower. So a record is only made where it is needed:
+// holds eight to ten events per warp, on the softmax's dependency chain. So a record is only made
+// where it is needed:
 //
 //   - which event kinds a warp records is the host's choice, per warp (a bit mask, read once at the
-//     start): a warpgroup's four warps run its loop in near lockstep (they issue its wgmmas
-//     together), so the host spreads the loop's kinds over them, two or three per warp, and the
-//     timeline merges them back into one lane; an event a warp does not record costs its start's
-//     clock read and one test;
+//     start: every kind, only a step's QK (to time the steps with one record each), or none (to
+//     time the trace points alone)); an event a warp does not record costs its start's clock read
+//     and one branch;
 //   - each warp records its first `capacity` events (the host's choice too): the output tiles
 //     the timeline's window needs, not the whole launch;
 //   - the buffers' addresses sit in the constant bank (read as an operand: no load, no register);

@@ -129,12 +129,10 @@ def roles(stage: lineage.Stage) -> list[str]:
 
 def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases, infos, clock_mhz: float, *,
                 plain_ms: float, traced_ms: float, idle_ms: float | None = None, light_step_ns: float | None = None,
-                split: list[str] = (),
                 per_warp: int | None = None) -> dict:
     """The record (without its run) of one traced launch. idle_ms: the traced build recording nothing
     (its trace points alone); light_step_ns: the time per K/V step of the
-    same launch with one record a step; split: the roles whose loop kinds were spread over their
-    warps (the timeline merges them back); per_warp: the records each warp had room for."""
+    same launch with one record a step; per_warp: the records each warp had room for."""
     events, ctas = decode(records, bases, infos, clock_mhz)
     if not events:
         raise TraceError(f"stage {stage.id}: the traced launch recorded no event on the target SM")
@@ -161,7 +159,7 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
                      **({"light_step_ns": round(light_step_ns, 1),
                          "step_pct": round((per_step / light_step_ns - 1) * 100, 2)}
                         if light_step_ns and per_step else {})},
-        "recorder": {"split_roles": list(split), **({"records_per_warp": per_warp} if per_warp else {})},
+        **({"records_per_warp": per_warp} if per_warp else {}),
     }
 
 
@@ -232,10 +230,8 @@ def validate(data, where: str = "<trace>") -> dict:
     if "step_pct" in over:  # records made before the one-record-a-step comparison lack it
         c.get(over, "light_step_ns", "overhead.light_step_ns", "a positive number", pos_num)
         c.get(over, "step_pct", "overhead.step_pct", "a number", is_num)
-    if "recorder" in data:
-        rec = c.get(data, "recorder", "recorder", "an object", lambda v: isinstance(v, dict))
-        c.get(rec, "split_roles", "recorder.split_roles", "a list of the record's role names",
-              lambda v: isinstance(v, list) and all(r in role_names for r in v))
+    if "records_per_warp" in data:
+        c.get(data, "records_per_warp", "records_per_warp", "a positive integer", lambda v: is_int(v) and v > 0)
     run = c.get(data, "run", "run", "an object with date, git_commit, git_dirty, command, environment",
                 lambda v: isinstance(v, dict))
     c.get(run, "date", "run.date", "a UTC date like 2026-12-01T10:00:00Z",
