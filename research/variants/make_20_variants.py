@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernels/attention/20_gqa-lse/kernel.cu"
 
 
+VARIANT_EDITS: dict[str, list[tuple[str, str]]] = {}
+
+
 def variant(name: str, what: str, edits: list[tuple[str, str]]) -> None:
+    VARIANT_EDITS[name] = edits
     src = SOURCE.read_text()
     for old, new in edits:
         assert src.count(old) == 1, (name, old[:80])
@@ -149,4 +153,228 @@ variant("20_nolse.cu", "the log-sum-exp store taken out (launches without LSE on
 variant("20_mha.cu", "no log-sum-exp store and no K/V-head division (MHA launches without LSE only)", [
     ("            if (p.lse != nullptr && quad == 0", "            if (false && quad == 0"),
     ("    t.kv_head = t.head / (p.heads / p.kv_heads);", "    t.kv_head = t.head;"),
+])
+
+# FlashAttention-3's order (research/fa3_hopper_study.md section 4, item 4): the running max moves
+# every tile and O is rescaled every tile (no threshold, no warp vote, no branch), and the previous
+# PV is retired and this tile's P packed right after the softmax, in the softmax's basic block, so
+# ptxas can place the wait_group, the 64 FMUL and the 32 F2FP inside the exponential stream instead
+# of in front of the next turn.
+variant("20_pvmid.cu", "FA3's order: rescale every tile, PV retired and P packed after the softmax", [
+    ('''                float tile_max[2];
+                bool grew = false;
+                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    float x = -INFINITY;
+                    #pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+                    tile_max[half] = quad_max(x);
+                    grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
+                }
+                rescale_o = __any_sync(0xffffffffu, grew);  // warp-uniform: every lane takes the same path
+                if (rescale_o) {
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const float new_max = fmaxf(row_max[half], tile_max[half]);
+                        // A row that has seen no key yet stays at -inf: nothing to correct (not 2^NaN).
+                        correction[half] = new_max == -INFINITY ? 1.f : exp2_approx((row_max[half] - new_max) * scale_log2);
+                        row_max[half] = new_max;
+                        row_sum[half] *= correction[half];
+                    }
+                }
+                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
+                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;''',
+     '''                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    float x = -INFINITY;
+                    #pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+                    const float new_max = fmaxf(row_max[half], quad_max(x));
+                    // On an unmasked tile every row has a finite score, so new_max is finite (2^-inf = 0
+                    // for a row's first tile); on a masked one a row may still be at -inf (not 2^NaN).
+                    float c = exp2_approx((row_max[half] - new_max) * scale_log2);
+                    if constexpr (decltype(masked)::value) c = new_max == -INFINITY ? 1.f : c;
+                    correction[half] = c;
+                    row_max[half] = new_max;
+                    row_sum[half] *= c;
+                }
+                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    // Against 0 for a row that has seen no key (masked tiles only).
+                    float max_scaled = row_max[half] * scale_log2;
+                    if constexpr (decltype(masked)::value) max_scaled = row_max[half] == -INFINITY ? 0.f : max_scaled;'''),
+    ('''                if (rescale_o) {
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        #pragma unroll
+                        for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                            o_acc[4 * j + 2 * half] *= correction[half];
+                            o_acc[4 * j + 2 * half + 1] *= correction[half];
+                        }
+                    }
+                }''', '''                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    #pragma unroll
+                    for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                        o_acc[4 * j + 2 * half] *= correction[half];
+                        o_acc[4 * j + 2 * half + 1] *= correction[half];
+                    }
+                }'''),
+    ("        bool rescale_o = false;\n", ""),
+    ('''            if (t.mask_from == 0) softmax(0, std::true_type{});
+            else softmax(0, std::false_type{});
+            TRACE_END(softmax, n, 0);
+''', '''            if (t.mask_from == 0) softmax(0, std::true_type{});
+            else softmax(0, std::false_type{});
+            TRACE_END(softmax, n, 0);
+            rescale_and_pack();  // O is still 0: the rescale changes nothing
+'''),
+    ('''                retire_pv(tile - 2);
+                TRACE_BEGIN(rescale);
+                rescale_and_pack();  // P of t - 1, and O rescaled for it
+                TRACE_END(rescale, n, tile - 1);
+                TRACE_BEGIN(wait_k);''', '''                TRACE_BEGIN(wait_k);'''),
+    ('''                TRACE_BEGIN(softmax);
+                softmax(tile, masked);
+                TRACE_END(softmax, n, tile);
+            };''', '''                TRACE_BEGIN(softmax);
+                softmax(tile, masked);
+                TRACE_END(softmax, n, tile);
+                retire_pv(tile - 1);  // in the softmax's basic block: ptxas places the wait among the exponentials
+                TRACE_BEGIN(rescale);
+                rescale_and_pack();  // O rescaled for tile, P of tile into the registers PV of tile - 1 read
+                TRACE_END(rescale, n, tile);
+            };'''),
+    ('''            retire_pv(num_tiles - 2);
+            TRACE_BEGIN(rescale);
+            rescale_and_pack();
+            TRACE_END(rescale, n, num_tiles - 1);
+            TRACE_BEGIN(wait_v);''', '''            TRACE_BEGIN(wait_v);'''),
+])
+
+# The softmax without a running maximum on unmasked tiles (priority 2's aim by other means: nothing
+# between the QK's completion and the first exponential). After the first tile, the exponentials of
+# an unmasked tile are taken against the row's current reference (its max so far, as now) without
+# looking at the tile's own scores; the row sums, computed anyway, say afterwards whether some
+# exponential came out large (a per-thread sum above 2^24) or overflowed (inf or NaN). Large: the row
+# is rebased on its largest exponential (a rare slow path). Overflowed: the tile's scores are
+# recomputed (K is released only after the check) and take the exact path. Saves per unmasked tile
+# the 64 FMNMX, the quad max's shuffles, the growth test and its vote before the exponentials.
+variant("20_nomax.cu", "unmasked tiles' exponentials against the reference, checked by the row sums", [
+    ("constexpr float RESCALE_THRESHOLD = 8.f;  // log2 of the growth tolerated before rescaling\n",
+     "constexpr float RESCALE_THRESHOLD = 8.f;  // log2 of the growth tolerated before rescaling\n"
+     "constexpr float SUM_LIMIT = 16777216.f;  // 2^24: a per-thread row sum above it rebases the row\n"),
+    ('''            // After the previous PV has retired: rescale O if the softmax moved the max, and round this''',
+     '''            // An unmasked tile after the first: every exponential against the row's reference, unseen
+            // scores and all; the row sums then tell whether any came out large or overflowed.
+            const auto softmax_unmasked = [&](int tile) {
+                const float sum_before[2] = {row_sum[0], row_sum[1]};
+                #pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const float max_scaled = row_max[half] * scale_log2;  // finite: the first tile saw every row's keys
+                    #pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; ++j) {
+                        s[4 * j + 2 * half] = exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));
+                        s[4 * j + 2 * half + 1] = exp2_approx(fmaf(s[4 * j + 2 * half + 1], scale_log2, -max_scaled));
+                        row_sum[half] += s[4 * j + 2 * half] + s[4 * j + 2 * half + 1];
+                    }
+                }
+                rescale_o = false;
+                // NaN compares false: it counts as large, and then as overflowed.
+                const bool large = !(row_sum[0] <= SUM_LIMIT && row_sum[1] <= SUM_LIMIT);
+                if (__any_sync(0xffffffffu, large)) {
+                    const bool lost = !(row_sum[0] < INFINITY && row_sum[1] < INFINITY);
+                    if (__any_sync(0xffffffffu, lost)) {
+                        // Some score lay more than 2^128 above its row's reference: recompute the tile's
+                        // scores (K is still held) and take the exact path from the sums before it.
+                        row_sum[0] = sum_before[0];
+                        row_sum[1] = sum_before[1];
+                        wgmma_fence();
+                        issue_qk(tile);
+                        wgmma_wait<0>();  // the PV in flight retires too
+                        wgmma_fence_operands(s);
+                        softmax(tile, std::false_type{});
+                    } else {
+                        // Rebase each row on its largest exponential: P, the sum and (at the next top) O
+                        // scale by 2^-k, the reference moves up by k.
+                        #pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            float x = 0.f;
+                            #pragma unroll
+                            for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+                            const float top = quad_max(x);
+                            const float k = top > 1.f ? __log2f(top) : 0.f;
+                            const float c = exp2_approx(-k);
+                            correction[half] = c;
+                            row_max[half] += k / scale_log2;
+                            row_sum[half] *= c;
+                            #pragma unroll
+                            for (int j = 0; j < BLOCK_N / 8; ++j) {
+                                s[4 * j + 2 * half] *= c;
+                                s[4 * j + 2 * half + 1] *= c;
+                            }
+                        }
+                        rescale_o = true;
+                    }
+                }
+                release_k(tile);
+                wgmma_fence_operands(s);
+                wgmma_fence_operands(row_sum);
+            };
+
+            // After the previous PV has retired: rescale O if the softmax moved the max, and round this'''),
+    ('''                TRACE_END(wait_qk, n, tile);
+                release_k(tile);
+                TRACE_BEGIN(softmax);
+                softmax(tile, masked);
+                TRACE_END(softmax, n, tile);''', '''                TRACE_END(wait_qk, n, tile);
+                TRACE_BEGIN(softmax);
+                if constexpr (decltype(masked)::value) {
+                    release_k(tile);
+                    softmax(tile, masked);
+                } else {
+                    softmax_unmasked(tile);  // releases K once it knows the scores are not needed again
+                }
+                TRACE_END(softmax, n, tile);'''),
+])
+
+
+def edits_of(name: str) -> list[tuple[str, str]]:
+    return VARIANT_EDITS[name]
+
+
+# The same, and the previous PV retired and this tile's P packed at the end of the iteration, behind
+# the check's branch: a basic block of their own, so ptxas neither hoists the wait above the
+# exponentials nor sinks the packing past the next turn's barrier.
+variant("20_nomax_pvend.cu", "20_nomax, with the PV retired and P packed at the end of the iteration",
+        edits_of("20_nomax.cu") + [
+    ('''            if (t.mask_from == 0) softmax(0, std::true_type{});
+            else softmax(0, std::false_type{});
+            TRACE_END(softmax, n, 0);
+''', '''            if (t.mask_from == 0) softmax(0, std::true_type{});
+            else softmax(0, std::false_type{});
+            TRACE_END(softmax, n, 0);
+            rescale_and_pack();
+'''),
+    ('''                retire_pv(tile - 2);
+                TRACE_BEGIN(rescale);
+                rescale_and_pack();  // P of t - 1, and O rescaled for it
+                TRACE_END(rescale, n, tile - 1);
+                TRACE_BEGIN(wait_k);''', '''                TRACE_BEGIN(wait_k);'''),
+    ('''                    softmax_unmasked(tile);  // releases K once it knows the scores are not needed again
+                }
+                TRACE_END(softmax, n, tile);''', '''                    softmax_unmasked(tile);  // releases K once it knows the scores are not needed again
+                }
+                TRACE_END(softmax, n, tile);
+                retire_pv(tile - 1);
+                TRACE_BEGIN(rescale);
+                rescale_and_pack();  // O rescaled for tile, P of tile
+                TRACE_END(rescale, n, tile);'''),
+    ('''            retire_pv(num_tiles - 2);
+            TRACE_BEGIN(rescale);
+            rescale_and_pack();
+            TRACE_END(rescale, n, num_tiles - 1);
+            TRACE_BEGIN(wait_v);''', '''            TRACE_BEGIN(wait_v);'''),
 ])

@@ -31,6 +31,7 @@ CONCEPTS = (
     (18, scheduling.longest_first),
     (19, hopper.descriptor_offsets),
     (20, attention.gqa_heads),
+    (21, attention.deferred_max),
 )
 
 # The hand-written pages' own figures (docs/<page>), in page order; they belong to no one stage.

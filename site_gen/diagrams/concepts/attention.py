@@ -1,6 +1,6 @@
 """Figures of the introduction (docs/introduction.md): what attention computes, why the naive way
 is memory-bound, how the fused kernel tiles it, and the arithmetic intensity of each; and the
-grouped-query heads of stage 20. Sizes are the 4k benchmark shape's (B 8, H 16, L 4096, D 128)."""
+grouped-query heads of stage 20 and the deferred maximum of stage 21. Sizes are the 4k benchmark shape's (B 8, H 16, L 4096, D 128)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 from .. import h200
 from ..svg import fmt_bytes, text_width
-from .common import canvas, done, done_doc
+from .common import box, canvas, done, done_doc
 
 B, H, L, D = 8, 16, 4096, 128  # the 4k shape
 MEASURED_TFLOPS = 680  # the practical GEMM rate docs/introduction.md uses
@@ -192,3 +192,59 @@ def gqa_heads(stage, stages):
     return done(c, stage, "No copy of K and V for grouped-query attention: the kernel maps each query head to its "
                           "K/V head when it builds the tensor maps' coordinates.")
 
+
+
+def deferred_max(stage, stages):
+    """Stage 21's softmax path after the QK's completion, beside stage 20's, in instructions per thread
+    and tile (from the tile shape: block_n / 2 scores per thread, two rows of them)."""
+    scores = stage.block_n * 64 // 128  # per thread: a warpgroup's 64 x block_n scores over 128 threads
+    maxima, quad, test = scores, 8, 8  # FMNMX per score; 4 SHFL + 4 FMNMX; growth FSETPs and the vote
+    expo = 3 * scores  # FFMA + MUFU.EX2 per score, and the row sums' FADD
+    check = 4  # two FSETP, the vote, the branch
+    c = canvas("deferred-max", 386, "The softmax's path from the QK's completion: the maximum deferred",
+               f"Per thread and K/V tile ({scores} scores, two rows): stage {stage.number - 1} finds the tile's row "
+               "maxima and votes on their growth before the first exponential; this stage takes the exponentials "
+               "against the row's reference at once and checks them with the row sums it computes anyway.")
+    x0, px = 150, 690 / (maxima + quad + test + expo)
+
+    def seg(x, y, n, label, fill, opacity=0.22, sub=None):
+        box(c, x, y, n * px, 40, label, fill=fill, stroke=fill, opacity=opacity, size=12, sub=sub)
+        return x + n * px
+
+    def first_exp(x, y, note):
+        c.line(x, y - 8, x, y + 48, stroke="fg", sw=1.5, dash="4,3")
+        c.text(x + 4, y - 12, note, size=11, fill="muted")
+
+    y = 74
+    c.text(12, y + 18, f"stage {stage.number - 1}", size=12, weight="600")
+    c.text(12, y + 34, "every tile", size=11, fill="muted")
+    x = seg(x0, y, maxima + quad, "row maxima", "skip", 0.6, f"{maxima} FMNMX, then across the quad")
+    vote_x = x
+    x = seg(x, y, test, "", "bar", 0.25)
+    c.text(vote_x, y + 56, "growth test and vote", size=11, fill="bar")
+    first_exp(x, y, "first exponential")
+    seg(x, y, expo, "exponentials and row sums", "softmax", sub=f"{scores} FFMA + {scores} MUFU.EX2 + {scores} FADD")
+    y = 174
+    c.text(12, y + 18, f"stage {stage.number}", size=12, weight="600")
+    c.text(12, y + 34, "unmasked tile", size=11, fill="muted")
+    first_exp(x0, y, "first exponential")
+    x = seg(x0, y, expo, "exponentials and row sums", "softmax", sub="against the row's reference")
+    x = seg(x, y, check, "", "ok", 0.5)
+    c.text(x + 6, y + 18, "check: sum ≤ 2²⁴?", size=12, weight="600", fill="ok")
+    c.text(x + 6, y + 34, "2 FSETP, a vote", size=11, fill="muted")
+    saved = maxima + quad + test - check
+    c.text(x0 + 690, y - 12, f"about {saved} instructions fewer per tile, all before the first exponential",
+           size=12, anchor="end")
+    y = 276
+    c.text(12, y + 18, "rare paths", size=12, weight="600")
+    c.text(12, y + 34, "per warp", size=11, fill="muted")
+    box(c, x0, y, 330, 44, "sum > 2²⁴: rebase the row", fill="accent", stroke="accent", opacity=0.2, size=12,
+        sub="× 2⁻ᵏ on P, the sum and O; the reference + k")
+    box(c, x0 + 350, y, 340, 44, "sum ∞ or NaN: scores recomputed", fill="bar", stroke="bar", opacity=0.15, size=12,
+        sub="mma.sync from Q and K in shared memory, exact path")
+    c.line(x - 2 * px, 216, x0 + 165, y - 2, stroke="stroke", arrow=True)
+    c.line(x - 2 * px, 216, x0 + 520, y - 2, stroke="stroke", arrow=True)
+    c.text(x0, y + 68, "Masked tiles and each output tile's first K/V tile keep the exact path; K is released "
+                       "after the check.", size=12, fill="muted")
+    return done(c, stage, "The row maxima only keep the exponentials in range; the row sums, which bound every "
+                          "exponential, say afterwards whether they stayed in it.")

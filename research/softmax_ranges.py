@@ -1,0 +1,111 @@
+"""Checks kernels on scores whose row maxima move far (GPU): the paths a softmax takes only when they do.
+
+    python research/softmax_ranges.py 20 research/variants/20_nomax.cu
+
+A kernel that defers or skips part of its running maximum (stage 20's lazy rescale, or a variant
+that takes the exponentials against a stale reference and checks the row sums afterwards) has slow
+paths that random inputs never reach. These inputs reach them:
+
+  rising   every key block scores higher than the last: each row's maximum grows by
+           `step` (log2 units) per 128-key block, so the reference must move again and again
+  jump     one key block scores ~160 log2 units above the rest: an exponential taken against the
+           old reference overflows (2^160 > fp32's range), so the tile must be recomputed
+  falling  the first block scores highest: the reference never moves, later blocks underflow
+
+Each case is checked against float64 (outputs poisoned with NaN first), causal and not, at an even
+and an odd length. Each launch runs under a watchdog that names it and ends the process if it hangs. Exits non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare  # noqa: E402  (research/compare.py: building variants, launching, the float64 reference)
+
+CASE_SECONDS = 60
+LOG2E_SCALE = math.log2(math.e) / math.sqrt(128)  # a raw score times this is its exponent in log2 units
+
+
+def scores_profile(kind: str, lk: int, torch):
+    """Per key: the exponent (log2 units) its score carries for every query."""
+    block = torch.arange(lk, dtype=torch.float64) // 128
+    if kind == "rising":
+        return block * 30.0
+    if kind == "rising-slow":
+        return block * 5.0
+    if kind == "jump":
+        return torch.where(block == 5, 160.0, 0.0).double()
+    if kind == "falling":
+        return torch.where(block == 0, 40.0, -block * 8.0).double()
+    raise ValueError(kind)
+
+
+def inputs(kind: str, b: int, h: int, lq: int, lk: int, seed: int, torch):
+    """q is a common direction (plus noise), k carries the profile along it, v is random."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    direction = torch.randn(128, generator=gen, device="cuda").double()
+    direction /= direction.norm()
+    # q . k / sqrt(128) in log2 units = |q| |k| cos * LOG2E_SCALE: |q| = 8, |k| sets the exponent.
+    target = scores_profile(kind, lk, torch).to("cuda")
+    k_norm = target / (8.0 * LOG2E_SCALE)
+    q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, 128, generator=gen, device="cuda").double()
+    k = k_norm[None, None, :, None] * direction + 0.05 * torch.randn(b, h, lk, 128, generator=gen, device="cuda").double()
+    v = torch.randn(b, h, lk, 128, generator=gen, device="cuda")
+    return q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+
+
+def watchdog(case: str):
+    """A timer that names the case and ends the process if it runs past CASE_SECONDS (a kernel that
+    hangs inside a CUDA call never returns to Python, so an exception could not stop it)."""
+    def fire():
+        print(f"WATCHDOG: {case} ran past {CASE_SECONDS} s: a hang until proven otherwise", flush=True)
+        os._exit(3)
+    timer = threading.Timer(CASE_SECONDS, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("variants", nargs="+", help="as research/compare.py takes them (stage numbers, .cu files)")
+    args = parser.parse_args(argv)
+    import torch
+
+    with ThreadPoolExecutor(8) as pool:
+        variants = list(pool.map(compare.build_variant, args.variants))
+    failures = 0
+    for var in variants:
+        print(f"{var.name}: {var.note}", flush=True)
+        failures += var.library is None
+    variants = [var for var in variants if var.library is not None]
+    for kind in ("rising", "rising-slow", "jump", "falling"):
+        for b, h, lq, lk in ((1, 4, 2048, 2048), (2, 2, 1000, 3001)):
+            for causal in (False, True):
+                shape = f"{kind} {b}x{h}x{lq}x{lk} {'causal' if causal else 'full'}"
+                q, k, v = inputs(kind, b, h, lq, lk, seed=lq + lk + causal, torch=torch)
+                ref = compare.reference(q, k, v, causal)
+                for var in variants:
+                    case = f"{var.name} {shape}"
+                    timer = watchdog(case)
+                    out = torch.full_like(q, float("nan"))
+                    compare.launcher(var, q, k, v, out, causal)()
+                    torch.cuda.synchronize()
+                    timer.cancel()
+                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    ok = math.isfinite(err) and err < 1e-2
+                    failures += not ok
+                    print(f"  {case:66s} rel. error {err:.2e} {'ok' if ok else 'FAILED'}", flush=True)
+    print("all ok" if not failures else f"{failures} FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
