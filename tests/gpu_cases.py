@@ -311,3 +311,39 @@ def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
         repeated = hopattn.attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=causal,
                                      stage=stage)
         assert torch.equal(grouped, repeated), f"kv_heads={kv_heads}: grouped and repeated K/V differ"
+
+
+# Per key block (128 keys), the exponent (log2 units) every query's score carries against it: inputs
+# whose row maxima move far, which random inputs never do. They reach the paths a softmax takes only
+# then: stage 06's rescale past its threshold, and stage 21's rebase (rising) and recomputed tile
+# (jump: 2^160 overflows fp32).
+MAXIMA_PROFILES = {"rising": 30.0, "rising-slow": 5.0, "jump": 160.0, "falling": 40.0}
+
+
+def moving_maxima(stage: int, kind: str, causal: bool, seed: int) -> dict:
+    """One stage against float64 on q along one direction and k along it with a length per key block
+    that sets its scores' exponent (MAXIMA_PROFILES), plus a little noise; v random. Outputs poisoned."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    b, h, lq, lk = 2, 2, 1000, 3001
+    block = torch.arange(lk, device="cuda", dtype=torch.float64) // 128
+    step = MAXIMA_PROFILES[kind]
+    exponent = {"rising": block * step, "rising-slow": block * step,
+                "jump": torch.where(block == 5, step, 0.0), "falling": torch.where(block == 0, step, -8.0 * block)}[kind]
+    scale = 1 / math.sqrt(128)
+    log2_per_raw = scale / math.log(2)  # a raw q·k times this is its exponent in log2 units
+    direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
+    direction /= direction.norm()
+    q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, 128, generator=gen, device="cuda", dtype=torch.float64)
+    k_len = exponent / (8.0 * log2_per_raw)
+    k = k_len[None, None, :, None] * direction + 0.05 * torch.randn(b, h, lk, 128, generator=gen, device="cuda",
+                                                                    dtype=torch.float64)
+    q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
+    v = draw((b, h, lk, 128), gen)
+    out = torch.full_like(q, float("nan"))
+    hopattn.attention(q, k, v, causal=causal, stage=stage, out=out)
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements unwritten or NaN"
+    ref = reference(q, k, v, causal=causal, scale=scale)
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < MAX_REL_ERR, f"relative error {err:.2e} against float64 (limit {MAX_REL_ERR})"
+    return {"rel_err": err}

@@ -51,6 +51,22 @@ def test_stage_matches_float64_reference(gpu, stage, shape):
         assert peak >= 50, f"the inputs should reach scores of 50 and more, reached {peak:.1f}"
 
 
+MAXIMA = [(s, kind, causal) for s in STAGES if s.causal and s.tails
+          for kind in ("rising", "rising-slow", "jump", "falling") for causal in (False, True)]
+
+
+@pytest.mark.parametrize("stage, kind, causal", MAXIMA,
+                         ids=[f"{s.name}-{kind}-{'causal' if c else 'full'}" for s, kind, c in MAXIMA])
+def test_row_maxima_that_move_far(gpu, stage, kind, causal):
+    """Scores rising 30 or 5 log2 units a key block, one block 160 above the rest (its exponentials
+    overflow fp32 against an earlier maximum), or the first block highest: the rescale's and the
+    deferred maximum's slow paths, at an odd length (2 x 2 x 1000 x 3001)."""
+    runnable(stage)
+    seed = GPU_SEED + stage.number
+    gpu.call("moving_maxima", label=f"stage {stage.id}: maxima {kind}, causal={causal}, seed {seed}",
+             stage=stage.number, kind=kind, causal=causal, seed=seed)
+
+
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
 def test_compiled_kernel_matches_spec(gpu, stage):
     runnable(stage)
