@@ -86,8 +86,8 @@ variant("20_n160.cu", "160-key K/V tiles, O staged in the tile's own Q rows", [
 ])
 
 
-variant("20_rowmax.cu", "the lazy rescale decided per row, the warp vote after the exponentials", [
-    ('''                float tile_max[2];
+# Stage 20's maximum, growth test and vote, which two variants replace.
+EXACT_MAX = '''                float tile_max[2];
                 bool grew = false;
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
@@ -111,7 +111,11 @@ variant("20_rowmax.cu", "the lazy rescale decided per row, the warp vote after t
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
-                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;''',
+                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;'''
+
+
+variant("20_rowmax.cu", "the lazy rescale decided per row, the warp vote after the exponentials", [
+    (EXACT_MAX,
      '''                bool grew_any = false;
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
@@ -161,31 +165,7 @@ variant("20_mha.cu", "no log-sum-exp store and no K/V-head division (MHA launche
 # ptxas can place the wait_group, the 64 FMUL and the 32 F2FP inside the exponential stream instead
 # of in front of the next turn.
 variant("20_pvmid.cu", "FA3's order: rescale every tile, PV retired and P packed after the softmax", [
-    ('''                float tile_max[2];
-                bool grew = false;
-                #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    float x = -INFINITY;
-                    #pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-                    tile_max[half] = quad_max(x);
-                    grew |= (tile_max[half] - row_max[half]) * scale_log2 > RESCALE_THRESHOLD;
-                }
-                rescale_o = __any_sync(0xffffffffu, grew);  // warp-uniform: every lane takes the same path
-                if (rescale_o) {
-                    #pragma unroll
-                    for (int half = 0; half < 2; ++half) {
-                        const float new_max = fmaxf(row_max[half], tile_max[half]);
-                        // A row that has seen no key yet stays at -inf: nothing to correct (not 2^NaN).
-                        correction[half] = new_max == -INFINITY ? 1.f : exp2_approx((row_max[half] - new_max) * scale_log2);
-                        row_max[half] = new_max;
-                        row_sum[half] *= correction[half];
-                    }
-                }
-                #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
-                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;''',
+    (EXACT_MAX,
      '''                #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     float x = -INFINITY;
