@@ -183,7 +183,7 @@ def stage_table(stage, prev, hashes: dict[str, str], nums: GpuResults) -> str:
                 vs_prev += f" {CROSS_RUN}"  # the two stages were timed in different runs
                 cross_run_seen = True
             spread = f"{e['spread_pct']:.1f} %" if e.get("spread_pct") is not None else ""
-            err = f"{e['rel_err']:.2g}" if e.get("rel_err") is not None else ""
+            err = f"{e['rel_err']:.1e}" if e.get("rel_err") is not None else ""
             mark = f" {STALE}" if stale else ""
             rows.append(f"| {label} | **{e['tflops']:.1f}**{mark} | {e['median_ms']:.4f} | {spread} | "
                         + " | ".join(_ratio(ratios.get(k)) for k, _ in REFERENCES)
