@@ -102,3 +102,57 @@ def test_the_recorder_is_in_no_stage_s_sources():
     """Changing how events are recorded must not make every stage's numbers stale."""
     for stage in lineage.discover():
         assert lineage.TRACE_RECORDER.resolve() not in stage.source_files(), stage.name
+
+
+def _stamp_rows(steps, t0, step_cycles=1000):
+    """A consumer warp's step records of boundary stamps: per step its events' ends, in the order of
+    traces.STAMP_KINDS; the tile's first step has no PV, rescale or V wait (stamp 0 or unchanged)."""
+    rows = []
+    kinds = traces.STAMP_KINDS
+    last = dict.fromkeys(kinds, 0)
+    ends = {"wait_pv": 5, "rescale": 40, "wait_k": 60, "wait_v": 70, "wait_turn": 100, "qk": 130, "pv": 160,
+            "wait_qk": 300, "softmax": 900}
+    for kv in range(steps):
+        t = t0 + kv * step_cycles
+        for name, offset in ends.items():
+            if kv > 0 or name in ("wait_k", "wait_turn", "qk", "wait_qk", "softmax"):
+                last[name] = (t + offset) & 0xFFFFFFFF
+        stamps = [last[name] for name in kinds]
+        words = [traces.STAMP_MARK | (0 << 8), kv, *stamps, 0, 0]
+        rows += [words[0:4], words[4:8], words[8:12]]
+    return rows
+
+
+def test_boundary_stamps_decode_into_events_that_start_where_the_last_one_ended():
+    base, mhz, steps = (1 << 32) - 2500, 1000.0, 4  # the clock's low word wraps during the launch
+    rows = _stamp_rows(steps, base + 100) + [[0, 0, 0, 0]] * 4
+    events, _ = traces.decode([[rows]], [[base, 0]], [[0, 0]], mhz)
+    names = [e[2] for e in events]
+    assert names.count("softmax") == steps and names.count("pv") == steps - 1  # an unchanged stamp: no event
+    assert names[:5] == ["wait_k", "wait_turn", "qk", "wait_qk", "softmax"]  # the first step, in time order
+    by = {(e[2], e[4]): e for e in events}
+    assert by[("qk", 1)][5] == by[("wait_turn", 1)][6]  # a stamp's start is the warp's previous end
+    assert by[("wait_pv", 1)][5] == by[("softmax", 0)][6]  # across the step boundary too
+    assert by[("softmax", 2)][6] - by[("softmax", 1)][6] == 1000.0  # ns at 1 GHz, unwrapped across 2^32
+    assert all(e[6] >= e[5] for e in events)
+
+
+def test_the_stamp_kinds_follow_the_experimental_recorder():
+    cuh = (lineage.ATTENTION_DIR.parents[1] / "research/trace_variants/recorder_stamps.cuh").read_text()
+    body = cuh.split("TRACE_STAMP_KINDS =")[1].split(";")[0]
+    kinds = re.findall(r"trace_bit\(k([a-z_]+)\)", body)
+    assert sorted(kinds, key=traces.EVENTS.index) == list(traces.STAMP_KINDS)  # slots in TraceEvent order
+    assert f"TRACE_NSTAMPS = {len(traces.STAMP_KINDS)};" in cuh
+
+
+def test_another_recorder_is_chosen_by_the_environment_and_changes_the_hash(monkeypatch, tmp_path):
+    default = lineage.trace_recorder_hash()
+    assert lineage.trace_recorder() == lineage.TRACE_RECORDER
+    other = tmp_path / "recorder_x.cuh"
+    other.write_text('#include "trace_recorder.cuh"\n')
+    monkeypatch.setenv("HOPATTN_TRACE_RECORDER", str(other))
+    assert lineage.trace_recorder() == other.resolve()
+    assert lineage.trace_recorder_hash() != default
+    from hopattn import build
+    stage = lineage.discover()[-1]
+    assert str(other.resolve()) in build.nvcc_flags(stage, traced=True)

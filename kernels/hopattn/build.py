@@ -72,11 +72,13 @@ def nvcc_version() -> str:
 TRACE_FLAG = "-DHOPATTN_TRACE"  # the trace points of common/trace.cuh record (python -m bench.trace)
 # The recorder behind them: force-included by the traced build only, so it is outside every stage's
 # sources (and hash); the traced library's cache key and the trace records carry its own hash.
+# $HOPATTN_TRACE_RECORDER may name another (lineage.trace_recorder), for an experiment.
 TRACE_RECORDER = lineage.TRACE_RECORDER
 
 
 def nvcc_flags(stage: lineage.Stage, traced: bool = False) -> list[str]:
-    return COMMON_FLAGS + GENCODE[stage.arch] + ([TRACE_FLAG, "-include", str(TRACE_RECORDER)] if traced else [])
+    recorder = lineage.trace_recorder()
+    return COMMON_FLAGS + GENCODE[stage.arch] + ([TRACE_FLAG, "-include", str(recorder)] if traced else [])
 
 
 def _key(*parts: str) -> str:

@@ -9,6 +9,7 @@ take their ``Stage`` objects from here. It imports nothing heavier than the stan
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -164,8 +165,19 @@ def source_files(kernel: Path) -> list[Path]:
 TRACE_RECORDER = ATTENTION_DIR / "common" / "trace_recorder.cuh"
 
 
+def trace_recorder() -> Path:
+    """The recorder the traced build force-includes: common/trace_recorder.cuh, or for an experiment
+    the file $HOPATTN_TRACE_RECORDER names (a drop-in that includes it, as research/trace_variants/ has)."""
+    chosen = os.environ.get("HOPATTN_TRACE_RECORDER")
+    return Path(chosen).resolve() if chosen else TRACE_RECORDER
+
+
 def trace_recorder_hash() -> str:
-    return hashlib.sha256(TRACE_RECORDER.read_bytes()).hexdigest()[:16]
+    """Of the recorder the traced build uses (and of common/trace_recorder.cuh, when another one
+    includes it): a trace record made with another recorder is stale against the committed one."""
+    chosen = trace_recorder()
+    data = chosen.read_bytes() + (b"" if chosen == TRACE_RECORDER else b"\0" + TRACE_RECORDER.read_bytes())
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def source_hash(kernel: Path) -> str:

@@ -57,6 +57,41 @@ def _signed(word: int) -> int:
     return word - (1 << 32) if word & 0x80000000 else word
 
 
+# A step record of boundary stamps (research/trace_variants/recorder_stamps.cuh, an experiment):
+# three rows, [0xff | tile << 8, K/V step, then one clock stamp per kind of STAMP_KINDS]; a stamp is
+# an event's end, and a kind whose stamp has not changed since the warp's last step record did not
+# happen again. Its start is the end of the warp's event before it.
+STAMP_MARK = 0xFF
+STAMP_KINDS = ("wait_k", "wait_v", "wait_kv", "wait_turn", "qk", "wait_qk", "softmax", "rescale", "pv", "wait_pv")
+
+
+def _warp_events(rows, base: int, origin: int) -> list[list]:
+    """One warp's records as [event, tile, kv, start, end] in cycles from origin, in order of end."""
+    words = [tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows]
+    out, last = [], {}
+    k = 0
+    while k < len(words) and words[k][0] & 0xFF:
+        word0, word1, a, b = words[k]
+        tile, kv = _signed(word0) >> 8, _signed(word1)
+        if word0 & 0xFF == STAMP_MARK:
+            stamps = [a, b, *(w for row in words[k + 1:k + 3] for w in row)]
+            for name, stamp in zip(STAMP_KINDS, stamps):
+                if stamp and last.get(name) != stamp:
+                    last[name] = stamp
+                    out.append([name, tile, kv, None, _unwrap(stamp, base) - origin])
+            k += 3
+            continue
+        out.append([EVENTS[(word0 & 0xFF) - 1], tile, kv, _unwrap(a, base) - origin, _unwrap(b, base) - origin])
+        k += 1
+    out.sort(key=lambda e: e[4])
+    previous_end = None
+    for e in out:
+        if e[3] is None:
+            e[3] = e[4] if previous_end is None else previous_end
+        previous_end = e[4]
+    return out
+
+
 def decode(records, bases, infos, clock_mhz: float) -> tuple[list[list], list[dict]]:
     """All events of all traced warps, as [slot, warp, event, tile, kv, start_ns, end_ns] with times
     from the earliest CTA start on the SM; and the CTAs (slot, block, sm, start_ns).
@@ -67,13 +102,8 @@ def decode(records, bases, infos, clock_mhz: float) -> tuple[list[list], list[di
     for slot, per_warp in enumerate(records):
         base = int(bases[slot][0])
         for warp, rows in enumerate(per_warp):
-            for word0, word1, start, end in (tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows):
-                event = word0 & 0xFF
-                if event == 0:
-                    break
-                tile, kv = _signed(word0) >> 8, _signed(word1)
-                t0, t1 = _unwrap(start, base) - origin, _unwrap(end, base) - origin
-                events.append([slot, warp, EVENTS[event - 1], tile, kv, round(t0 * ns, 1), round(t1 * ns, 1)])
+            for event, tile, kv, t0, t1 in _warp_events(rows, base, origin):
+                events.append([slot, warp, event, tile, kv, round(t0 * ns, 1), round(t1 * ns, 1)])
     events.sort(key=lambda e: (e[5], e[0], e[1]))
     ctas = [{"slot": s, "block": int(infos[s][0]), "sm": int(infos[s][1]),
              "start_ns": round((int(bases[s][0]) - origin) * ns, 1)} for s in range(len(bases))]
