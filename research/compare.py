@@ -117,7 +117,6 @@ def build_variant(spec: str) -> Variant:
 def launcher(variant: Variant, q, k, v, out, causal: bool):
     """A zero-argument launch of the variant on BHSD q, k, v into out (BHSD)."""
     import torch
-
     from hopattn import api
 
     b, h, lq, _ = q.shape

@@ -220,7 +220,7 @@ def main(argv=None) -> int:
                 full = control[2:].clone()
                 idle = torch.zeros_like(full)
 
-                def run_idle():
+                def run_idle(control=control, idle=idle, full=full, run_traced=run_traced):  # this case's
                     control[2:] = idle
                     run_traced()
                     control[2:] = full
