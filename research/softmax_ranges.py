@@ -27,38 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compare  # noqa: E402  (research/compare.py: building variants, launching, the float64 reference)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import compare  # noqa: E402  (research/compare.py: building variants, launching them)
+import gpu_cases  # noqa: E402  (tests/gpu_cases.py: the inputs of test_row_maxima_that_move_far, the reference)
 
 CASE_SECONDS = 60
-LOG2E_SCALE = math.log2(math.e) / math.sqrt(128)  # a raw score times this is its exponent in log2 units
-
-
-def scores_profile(kind: str, lk: int, torch):
-    """Per key: the exponent (log2 units) its score carries for every query."""
-    block = torch.arange(lk, dtype=torch.float64) // 128
-    if kind == "rising":
-        return block * 30.0
-    if kind == "rising-slow":
-        return block * 5.0
-    if kind == "jump":
-        return torch.where(block == 5, 160.0, 0.0).double()
-    if kind == "falling":
-        return torch.where(block == 0, 40.0, -block * 8.0).double()
-    raise ValueError(kind)
-
-
-def inputs(kind: str, b: int, h: int, lq: int, lk: int, seed: int, torch):
-    """q is a common direction (plus noise), k carries the profile along it, v is random."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    direction = torch.randn(128, generator=gen, device="cuda").double()
-    direction /= direction.norm()
-    # q . k / sqrt(128) in log2 units = |q| |k| cos * LOG2E_SCALE: |q| = 8, |k| sets the exponent.
-    target = scores_profile(kind, lk, torch).to("cuda")
-    k_norm = target / (8.0 * LOG2E_SCALE)
-    q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, 128, generator=gen, device="cuda").double()
-    k = k_norm[None, None, :, None] * direction + 0.05 * torch.randn(b, h, lk, 128, generator=gen, device="cuda").double()
-    v = torch.randn(b, h, lk, 128, generator=gen, device="cuda")
-    return q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
 
 
 def watchdog(case: str):
@@ -86,12 +59,12 @@ def main(argv=None) -> int:
         print(f"{var.name}: {var.note}", flush=True)
         failures += var.library is None
     variants = [var for var in variants if var.library is not None]
-    for kind in ("rising", "rising-slow", "jump", "falling"):
+    for kind in gpu_cases.MAXIMA_PROFILES:
         for b, h, lq, lk in ((1, 4, 2048, 2048), (2, 2, 1000, 3001)):
             for causal in (False, True):
                 shape = f"{kind} {b}x{h}x{lq}x{lk} {'causal' if causal else 'full'}"
-                q, k, v = inputs(kind, b, h, lq, lk, seed=lq + lk + causal, torch=torch)
-                ref = compare.reference(q, k, v, causal)
+                q, k, v = gpu_cases.maxima_inputs(kind, (b, h, lq, lk), seed=lq + lk + causal)
+                ref = gpu_cases.reference(q, k, v, causal=causal, scale=1 / math.sqrt(128))
                 for var in variants:
                     case = f"{var.name} {shape}"
                     timer = watchdog(case)

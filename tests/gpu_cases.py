@@ -320,30 +320,33 @@ def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
 MAXIMA_PROFILES = {"rising": 30.0, "rising-slow": 5.0, "jump": 160.0, "falling": 40.0}
 
 
-def moving_maxima(stage: int, kind: str, causal: bool, seed: int) -> dict:
-    """One stage against float64 on q along one direction and k along it with a length per key block
-    that sets its scores' exponent (MAXIMA_PROFILES), plus a little noise; v random. Outputs poisoned."""
+def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int):
+    """q along one direction and k along it with a length per key block that sets its scores' exponent
+    (MAXIMA_PROFILES), plus a little noise; v random. bf16, BHSD (research/softmax_ranges.py uses them too)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    b, h, lq, lk = 2, 2, 1000, 3001
+    b, h, lq, lk = shape
     block = torch.arange(lk, device="cuda", dtype=torch.float64) // 128
     step = MAXIMA_PROFILES[kind]
     exponent = {"rising": block * step, "rising-slow": block * step,
                 "jump": torch.where(block == 5, step, 0.0), "falling": torch.where(block == 0, step, -8.0 * block)}[kind]
-    scale = 1 / math.sqrt(128)
-    log2_per_raw = scale / math.log(2)  # a raw q·k times this is its exponent in log2 units
+    log2_per_raw = 1 / math.sqrt(128) / math.log(2)  # a raw q·k times this is its exponent in log2 units
     direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
     direction /= direction.norm()
     q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, 128, generator=gen, device="cuda", dtype=torch.float64)
     k_len = exponent / (8.0 * log2_per_raw)
     k = k_len[None, None, :, None] * direction + 0.05 * torch.randn(b, h, lk, 128, generator=gen, device="cuda",
                                                                     dtype=torch.float64)
-    q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
-    v = draw((b, h, lk, 128), gen)
+    return q.to(torch.bfloat16), k.to(torch.bfloat16), draw((b, h, lk, 128), gen)
+
+
+def moving_maxima(stage: int, kind: str, causal: bool, seed: int) -> dict:
+    """One stage against float64 on maxima_inputs at an odd length (2 x 2 x 1000 x 3001). Outputs poisoned."""
+    q, k, v = maxima_inputs(kind, (2, 2, 1000, 3001), seed)
     out = torch.full_like(q, float("nan"))
     hopattn.attention(q, k, v, causal=causal, stage=stage, out=out)
     torch.cuda.synchronize()
     assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements unwritten or NaN"
-    ref = reference(q, k, v, causal=causal, scale=scale)
+    ref = reference(q, k, v, causal=causal, scale=1 / math.sqrt(128))
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < MAX_REL_ERR, f"relative error {err:.2e} against float64 (limit {MAX_REL_ERR})"
     return {"rel_err": err}

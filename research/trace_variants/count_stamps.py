@@ -1,16 +1,15 @@
-"""Static cost of the boundary-stamp prototype (no GPU): stage 21's unmasked consumer loop, plain,
-traced with the current recorder, and traced with recorder_boundary.cuh (research/variants/21_boundary.cu
-from make_21_boundary.py). Counts the instructions one iteration executes on the common path: a
+"""Static cost of boundary stamps (no GPU): stage 21's unmasked consumer loop, plain, traced with the
+current recorder, and traced with research/trace_variants/recorder_stamps.cuh (the same trace points,
+recorded as stamps). Counts the instructions one iteration executes on the common path: a
 warp recording every event, no O rescale, no slow path of the deferred maximum (the branch after
 each vote and the branch around the rescale's FMULs are taken; every other forward branch falls
 through, so the current recorder's records all run). Also ptxas's spills.
 
-    PYTHONPATH=$PWD/kernels:$PWD python3 research/trace_variants/boundary/count.py
+    PYTHONPATH=$PWD/kernels:$PWD python3 research/trace_variants/count_stamps.py
 """
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,7 +18,6 @@ from hopattn import build, lineage
 from hopattn.compiler import sass
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
 
 
 def compile_cubin(kernel: Path, recorder: Path | None, out: Path) -> str:
@@ -52,18 +50,12 @@ def common_path(body: list) -> int:
 
 def main() -> int:
     work = Path(tempfile.mkdtemp())
-    tree = work / "attention"
-    shutil.copytree(lineage.ATTENTION_DIR / "common", tree / "common")
-    (tree / "variant").mkdir()
-    variant = tree / "variant" / "kernel.cu"
-    variant.write_text((ROOT / "research/variants/21_boundary.cu").read_text())
     stage21 = lineage.ATTENTION_DIR / "21_deferred-max" / "kernel.cu"
-    builds = {"plain": (stage21, None), "current recorder": (stage21, lineage.TRACE_RECORDER),
-              "boundary stamps": (variant, HERE / "recorder_boundary.cuh")}
+    builds = {"plain": None, "current recorder": lineage.TRACE_RECORDER, "boundary stamps": HERE / "recorder_stamps.cuh"}
     base = None
-    for name, (kernel, recorder) in builds.items():
+    for name, recorder in builds.items():
         cubin = work / f"{name.replace(' ', '_')}.so"
-        log = compile_cubin(kernel, recorder, cubin)
+        log = compile_cubin(stage21, recorder, cubin)
         spills = re.findall(r"(\d+) bytes spill stores", log)
         fn_name, ins = next(iter(sass.parse_sass(sass.dump_sass(cubin)).items()))  # the non-causal kernel
         # The K/V loops: a loop with the QK's and PV's 16 HGMMA and a vote; the outer tile loop holds them all.
