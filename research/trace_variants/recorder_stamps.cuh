@@ -33,8 +33,11 @@ __device__ __forceinline__ void trace_flush(TraceWarp& w, int tile, int kv, cons
         "{\n"
         ".reg .pred room;\n"
         ".reg .b64 at;\n"
-        ".reg .b32 meta;\n"
-        "setp.lt.s32 room, %0, %1;\n"
+        ".reg .b32 meta, after, kinds;\n"
+        "add.s32 after, %0, 3;\n"
+        "setp.le.s32 room, after, %1;\n"  // all three rows fit: a partial record would run into the next warp's
+        "and.b32 kinds, %15, %16;\n"
+        "setp.ne.and.u32 room, kinds, 0, room;\n"  // and the warp records some stamp kind (none: recording nothing)
         "mad.wide.s32 at, %0, 16, %2;\n"
         "shl.b32 meta, %3, 8;\n"
         "or.b32 meta, meta, 255;\n"
@@ -44,7 +47,8 @@ __device__ __forceinline__ void trace_flush(TraceWarp& w, int tile, int kv, cons
         "}\n"
         :
         : "r"(w.next), "r"(w.end), "l"(g_trace.events), "r"(tile), "r"(kv), "r"(t[0]), "r"(t[1]), "r"(t[2]),
-          "r"(t[3]), "r"(t[4]), "r"(t[5]), "r"(t[6]), "r"(t[7]), "r"(t[8]), "r"(t[9]));
+          "r"(t[3]), "r"(t[4]), "r"(t[5]), "r"(t[6]), "r"(t[7]), "r"(t[8]), "r"(t[9]), "r"(w.kinds),
+          "n"(TRACE_STAMP_KINDS));
     w.next += 3;
 }
 
