@@ -4,15 +4,16 @@
     python -m bench.trace --stages 19-20     # some stages
 
 Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): the warps of the CTAs
-that run on one SM record the SM clock at the start and end of their events (a persistent stage's
-CTA its first output tiles only, the ones the timeline's window shows). The producer launches it at the fixed shape, reads the records back,
-converts cycles to nanoseconds with the SM clock it read during the run, and writes one committed
-record per stage and mask through hopattn.records.traces (bench/results/traces/<gpu>/<NN>[-causal].json):
-a window of the steady state with a tile boundary in it, the median time per K/V step, per-event
-statistics over everything recorded, and what recording costs: the traced build's kernel time
-against the untraced build's (interleaved, same process), recording and recording nothing (the
-trace points alone), and the time per K/V step with every
-event recorded against the time per step with only each step's QKᵀ recorded (one record a step).
+that run on one SM record the SM clock at the end of their events (a K/V step's events as boundary
+stamps, stored once a step; the others with their start too), a persistent stage's CTA its first
+output tiles only, the ones the timeline's window shows. The producer launches it at the fixed shape,
+reads the records back, converts cycles to nanoseconds with the SM clock it read during the run, and
+writes one committed record per stage and mask through hopattn.records.traces
+(bench/results/traces/<gpu>/<NN>[-causal].json): a window of the steady state with a tile boundary
+in it, the median time per K/V step, per-event statistics over everything recorded, and what
+recording costs: the traced build's kernel time against the untraced build's (interleaved, same
+process), recording and recording nothing (the trace points alone), and the time per K/V step with
+every event recorded against the time per step with the step records alone.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def _bit(name: str) -> int:
 
 def kind_masks(stage: lineage.Stage, light: bool = False) -> list[int]:
     """The event kinds each warp records (bit e: event e, as common/trace_recorder.cuh counts them).
-    light: only QKᵀ, on the warps that record it, to time the steps with one record each."""
+    light: only QKᵀ, on the warps that record it: with boundary stamps, the step records alone (a
+    stamp kind enables them) and none of the other events, to time the steps with one record each."""
     everything = sum(_bit(e) for e in traces.EVENTS)
     masks = [everything] * (stage.threads // 32)
     if light:

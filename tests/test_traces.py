@@ -137,8 +137,8 @@ def test_boundary_stamps_decode_into_events_that_start_where_the_last_one_ended(
     assert all(e[6] >= e[5] for e in events)
 
 
-def test_the_stamp_kinds_follow_the_experimental_recorder():
-    cuh = (lineage.ATTENTION_DIR.parents[1] / "research/trace_variants/recorder_stamps.cuh").read_text()
+def test_the_stamp_kinds_follow_the_recorder():
+    cuh = lineage.TRACE_RECORDER.read_text()
     body = cuh.split("TRACE_STAMP_KINDS =")[1].split(";")[0]
     kinds = re.findall(r"trace_bit\(k([a-z_]+)\)", body)
     assert sorted(kinds, key=traces.EVENTS.index) == list(traces.STAMP_KINDS)  # slots in TraceEvent order

@@ -1,6 +1,7 @@
 """Static cost of boundary stamps (no GPU): stage 21's unmasked consumer loop, plain, traced with the
-current recorder, and traced with research/trace_variants/recorder_stamps.cuh (the same trace points,
-recorded as stamps). Counts the instructions one iteration executes on the common path: a
+first recorder (research/trace_variants/recorder_events.cuh: a record per event), and traced with
+common/trace_recorder.cuh (the same trace points, recorded as boundary stamps, the recorder since
+2026-12-01). Counts the instructions one iteration executes on the common path: a
 warp recording every event, no O rescale, no slow path of the deferred maximum (the branch after
 each vote and the branch around the rescale's FMULs are taken; every other forward branch falls
 through, so the current recorder's records all run). Also ptxas's spills.
@@ -51,7 +52,7 @@ def common_path(body: list) -> int:
 def main() -> int:
     work = Path(tempfile.mkdtemp())
     stage21 = lineage.ATTENTION_DIR / "21_deferred-max" / "kernel.cu"
-    builds = {"plain": None, "current recorder": lineage.TRACE_RECORDER, "boundary stamps": HERE / "recorder_stamps.cuh"}
+    builds = {"plain": None, "a record per event": HERE / "recorder_events.cuh", "boundary stamps": lineage.TRACE_RECORDER}
     base = None
     for name, recorder in builds.items():
         cubin = work / f"{name.replace(' ', '_')}.so"

@@ -1,20 +1,29 @@
 // The recorder behind the trace points of common/trace.cuh: force-included by the traced build
 // (nvcc -DHOPATTN_TRACE -include trace_recorder.cuh), never by a stage, so it can change without
-// changing any stage's sources. What it must not do is change the schedule it records. A record
-// costs some twenty-five cycles of a warp's instruction stream, and a K/V step of a Hopper stage
-// holds eight to ten events per warp, on the softmax's dependency chain. So a record is only made
-// where it is needed:
+// changing any stage's sources. What it must not do is change the schedule it records. A K/V step
+// of a Hopper stage holds eight to ten events per warp, on the softmax's dependency chain, and the
+// loop is bound by its instruction stream: a 16-byte record per event, behind a branch, cost those
+// stages +12 to +20 % (research/trace_variants/recorder_events.cuh keeps that recorder). So:
 //
+//   - a K/V step's events are boundary stamps. TRACE_BEGIN of a step event reads no clock; its
+//     TRACE_END reads the clock into a register of its own kind (one CS2R). The softmax's end, once
+//     a step, stores all ten stamps together with the step's labels: three 16-byte stores,
+//     predicated, no branch (a "step record"); the epilogue's end stores those left from the
+//     tile's last turn. The host takes a stamped event's start from the end of the warp's event
+//     before it: in every stage's loop the step's events follow each other, up to a fence or a
+//     barrier arrival. A kind seen twice between two step records keeps its last stamp;
+//   - every other event (the producer's, and those once a tile: the waits for Q and the tile id,
+//     the epilogue, the store) is one 16-byte record of its start and end;
 //   - which event kinds a warp records is the host's choice, per warp (a bit mask, read once at the
-//     start: every kind, only a step's QK (to time the steps with one record each), or none (to
-//     time the trace points alone)); an event a warp does not record costs its start's clock read
-//     and one branch;
-//   - each warp records its first `capacity` events (the host's choice too): the output tiles
+//     start: every kind, only the step records (any stamp kind), or none, to time the trace points
+//     alone); each warp records its first `capacity` rows (the host's choice too): the output tiles
 //     the timeline's window needs, not the whole launch;
+//   - only lane 0 of a warp writes: it executes every trace point of its warp (the producer's single
+//     thread and the TMA store's issuer are lanes 0), so a trace point that only lane 0 passes keeps
+//     the warp's records in order. The other lanes have no room from the start;
 //   - the buffers' addresses sit in the constant bank (read as an operand: no load, no register);
 //     the clock reads are volatile (they stay in order with the stage's own asm: wgmma, mbarrier
-//     waits) but clobber no memory, so the compiler keeps every value it holds in registers;
-//   - a record is one 16-byte store by lane 0.
+//     waits) but clobber no memory, so the compiler keeps every value it holds in registers.
 #pragma once
 #define HOPATTN_TRACE_RECORDER
 
@@ -35,10 +44,11 @@ enum TraceEvent : uint32_t {
 
 constexpr int TRACE_CAPACITY = 4096;  // room per warp; the host's `capacity` may use less
 
-// One record: 16 bytes: event | tile << 8 (tile may be -1), the K/V step (-1: none), and the low
-// 32 bits of clock64 at its start and its end. Where a record sits says whose it is:
-// [slot][warp][record]. The host unwraps the clock against the slot's full base clock (a kernel
-// runs far less than 2^32 cycles).
+// An event record: 16 bytes: event | tile << 8 (tile may be -1), the K/V step (-1: none), and the
+// low 32 bits of clock64 at its start and its end. A step record: three such rows, 0xff | tile << 8
+// (a marker no event uses), the K/V step, then the ten stamps in the order of TRACE_STAMP_KINDS
+// (0: not seen yet). Where a record sits says whose it is: [slot][warp][row]. The host unwraps the
+// clock against the slot's full base clock (a kernel runs far less than 2^32 cycles).
 struct TraceTarget {
     uint4* events;            // [max_ctas][warps][TRACE_CAPACITY]
     unsigned long long* base; // [max_ctas][2]: clock64 and %globaltimer (ns) when the CTA started
@@ -55,10 +65,10 @@ __device__ __forceinline__ uint32_t trace_now() {
     return uint32_t(t);
 }
 
-// Per warp: the records [next, end) it may still write and the event kinds it records (bit e:
-// event e), the same in all 32 lanes. They are broadcast from lane 0 with a shuffle, which tells
-// the compiler they are warp-uniform: it keeps them in uniform registers, and the test of an
-// event is one uniform branch. All lanes store the same record to the same address: one write.
+// Per warp: the rows [next, end) it may still write (lane 0 only: the other lanes' end is their
+// next) and the event kinds it records (bit e: event e), the same in all 32 lanes: broadcast from
+// lane 0 with a shuffle, which tells the compiler they are warp-uniform, so the test of an event
+// is one uniform branch.
 struct TraceWarp {
     int next = 0, end = 0;
     uint32_t kinds = 0;
@@ -92,21 +102,35 @@ __device__ __forceinline__ TraceWarp trace_init(int* shared_slot) {
     TraceWarp w;
     if (slot >= 0 && warp < g_trace.warps) {
         w.next = (slot * g_trace.warps + warp) * TRACE_CAPACITY;
-        w.end = w.next + min(int(g_trace.control[1]), TRACE_CAPACITY);
+        w.end = threadIdx.x % 32 == 0 ? w.next + min(int(g_trace.control[1]), TRACE_CAPACITY) : w.next;
         w.kinds = __shfl_sync(0xffffffffu, g_trace.control[2 + warp], 0);
     }
     return w;
 }
 
-// The end of an event: its record, when this warp records the kind and has room left. Written in
-// PTX for its branch: `bra.uni` (the test is the same in every lane) lets the compiler skip the
-// record with one branch, where left to itself it predicates all of it and a skipped record
-// costs as many cycles as a kept one.
+__host__ __device__ constexpr uint32_t trace_bit(uint32_t e) { return 1u << e; }
+
+// The events of a K/V step, recorded as stamps (in this order in a step record).
+constexpr uint32_t TRACE_STAMP_KINDS = trace_bit(kwait_k) | trace_bit(kwait_v) | trace_bit(kwait_kv) |
+                                       trace_bit(kwait_turn) | trace_bit(kqk) | trace_bit(kwait_qk) |
+                                       trace_bit(ksoftmax) | trace_bit(krescale) | trace_bit(kpv) | trace_bit(kwait_pv);
+constexpr int TRACE_NSTAMPS = 10;
+static_assert(__builtin_popcount(TRACE_STAMP_KINDS) == TRACE_NSTAMPS, "one stamp per stamp kind");
+__host__ __device__ constexpr int trace_stamp_index(uint32_t e) {
+    int n = 0;  // the stamp kinds below e
+    for (uint32_t k = 0; k < e; ++k) n += (TRACE_STAMP_KINDS >> k) & 1u;
+    return n;
+}
+
+// An event record, when this warp records the kind; stored by lane 0 while it has room. Written in
+// PTX for its branch: `bra.uni` (the kinds are the same in every lane, and never change) lets the
+// compiler skip the record with one branch, where left to itself it predicates all of it and a
+// skipped record costs as many cycles as a kept one.
 template <uint32_t EVENT>
-__device__ __forceinline__ void trace_end(TraceWarp& w, int tile, int kv, uint32_t start, bool instant) {
+__device__ __forceinline__ void trace_record(TraceWarp& w, int tile, int kv, uint32_t start) {
     asm volatile(
         "{\n"
-        ".reg .pred skip;\n"
+        ".reg .pred skip, room;\n"
         ".reg .b32 t, meta;\n"
         ".reg .b64 at;\n"
         "and.b32 t, %1, %3;\n"
@@ -116,25 +140,75 @@ __device__ __forceinline__ void trace_end(TraceWarp& w, int tile, int kv, uint32
         "shl.b32 meta, %5, 8;\n"
         "or.b32 meta, meta, %4;\n"
         "mad.wide.s32 at, %0, 16, %8;\n"
-        "st.global.v4.b32 [at], {meta, %6, %7, t};\n"
+        "setp.lt.s32 room, %0, %2;\n"
+        "@room st.global.v4.b32 [at], {meta, %6, %7, t};\n"
         "add.s32 %0, %0, 1;\n"
-        "setp.ge.s32 skip, %0, %2;\n"
-        "@skip mov.b32 %1, 0;\n"
         "TRACE_SKIP:\n"
         "}\n"
-        : "+r"(w.next), "+r"(w.kinds)
-        : "r"(w.end), "n"(1u << EVENT), "n"(EVENT), "r"(tile), "r"(kv), "r"(start), "l"(g_trace.events));
+        : "+r"(w.next)
+        : "r"(w.kinds), "r"(w.end), "n"(1u << EVENT), "n"(EVENT), "r"(tile), "r"(kv), "r"(start), "l"(g_trace.events));
 }
 
-// The start of each open event, one element per event kind: indexed by constants only, so each
-// element the kernel uses is a register while its event is open, and the rest do not exist.
+// A step record: the stamps so far, labelled with the step that stores them; by lane 0, when all
+// three rows fit (a partial record would run into the next warp's) and the warp records some stamp
+// kind. No branch: three predicated stores.
+__device__ __forceinline__ void trace_flush(TraceWarp& w, int tile, int kv, const uint32_t (&t)[TRACE_NSTAMPS]) {
+    asm volatile(
+        "{\n"
+        ".reg .pred room;\n"
+        ".reg .b64 at;\n"
+        ".reg .b32 meta, after, kinds;\n"
+        "add.s32 after, %0, 3;\n"
+        "setp.le.s32 room, after, %1;\n"
+        "and.b32 kinds, %15, %16;\n"
+        "setp.ne.and.u32 room, kinds, 0, room;\n"
+        "mad.wide.s32 at, %0, 16, %2;\n"
+        "shl.b32 meta, %3, 8;\n"
+        "or.b32 meta, meta, 255;\n"
+        "@room st.global.v4.b32 [at], {meta, %4, %5, %6};\n"
+        "@room st.global.v4.b32 [at+16], {%7, %8, %9, %10};\n"
+        "@room st.global.v4.b32 [at+32], {%11, %12, %13, %14};\n"
+        "}\n"
+        :
+        : "r"(w.next), "r"(w.end), "l"(g_trace.events), "r"(tile), "r"(kv), "r"(t[0]), "r"(t[1]), "r"(t[2]),
+          "r"(t[3]), "r"(t[4]), "r"(t[5]), "r"(t[6]), "r"(t[7]), "r"(t[8]), "r"(t[9]), "r"(w.kinds),
+          "n"(TRACE_STAMP_KINDS));
+    w.next += 3;
+}
+
+template <uint32_t EVENT>
+__device__ __forceinline__ void trace_begin(uint32_t (&start)[kevent_count]) {
+    if constexpr (!(TRACE_STAMP_KINDS & trace_bit(EVENT))) start[EVENT] = trace_now();
+}
+
+template <uint32_t EVENT>
+__device__ __forceinline__ void trace_end(TraceWarp& w, uint32_t (&stamp)[TRACE_NSTAMPS],
+                                          const uint32_t (&start)[kevent_count], int tile, int kv) {
+    if constexpr (TRACE_STAMP_KINDS & trace_bit(EVENT)) {
+        stamp[trace_stamp_index(EVENT)] = trace_now();
+        if constexpr (EVENT == ksoftmax) {
+            trace_flush(w, tile, kv, stamp);
+            for (int i = 0; i < TRACE_NSTAMPS; ++i) stamp[i] = 0;
+        }
+    } else {
+        trace_record<EVENT>(w, tile, kv, start[EVENT]);
+        if constexpr (EVENT == kepilogue) {  // the tile's last turn
+            trace_flush(w, tile, kv, stamp);
+            for (int i = 0; i < TRACE_NSTAMPS; ++i) stamp[i] = 0;
+        }
+    }
+}
+
+// The start of each open event and the stamps, one element per kind: indexed by constants only, so
+// each element the kernel uses is a register, and the rest do not exist.
 #define TRACE_INIT()                                        \
     __shared__ int trace_slot_shared_;                       \
     TraceWarp trace_warp_ = trace_init(&trace_slot_shared_); \
-    uint32_t trace_start_[kevent_count]
-#define TRACE_BEGIN(event) trace_start_[k##event] = trace_now()
-#define TRACE_END(event, tile, kv) trace_end<k##event>(trace_warp_, (tile), (kv), trace_start_[k##event], false)
-#define TRACE_MARK(event, tile, kv) trace_end<k##event>(trace_warp_, (tile), (kv), trace_now(), true)
+    uint32_t trace_start_[kevent_count];                     \
+    uint32_t trace_stamp_[TRACE_NSTAMPS] = {}
+#define TRACE_BEGIN(event) trace_begin<k##event>(trace_start_)
+#define TRACE_END(event, tile, kv) trace_end<k##event>(trace_warp_, trace_stamp_, trace_start_, (tile), (kv))
+#define TRACE_MARK(event, tile, kv) trace_record<k##event>(trace_warp_, (tile), (kv), trace_now())
 
 // Host: where the next launch records to (the binding calls it before a traced launch), and the
 // capacity the buffers must have.

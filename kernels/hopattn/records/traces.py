@@ -57,10 +57,10 @@ def _signed(word: int) -> int:
     return word - (1 << 32) if word & 0x80000000 else word
 
 
-# A step record of boundary stamps (research/trace_variants/recorder_stamps.cuh, an experiment):
-# three rows, [0xff | tile << 8, K/V step, then one clock stamp per kind of STAMP_KINDS]; a stamp is
-# an event's end, and a kind whose stamp has not changed since the warp's last step record did not
-# happen again. Its start is the end of the warp's event before it.
+# A step record of boundary stamps (common/trace_recorder.cuh): three rows, [0xff | tile << 8, K/V
+# step, then one clock stamp per kind of STAMP_KINDS]; a stamp is an event's end, and a kind whose
+# stamp has not changed since the warp's last step record did not happen again. Its start is the
+# end of the warp's event before it. The step labels are those of the record that stores it.
 STAMP_MARK = 0xFF
 STAMP_KINDS = ("wait_k", "wait_v", "wait_kv", "wait_turn", "qk", "wait_qk", "softmax", "rescale", "pv", "wait_pv")
 
