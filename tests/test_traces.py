@@ -104,21 +104,23 @@ def test_the_recorder_is_in_no_stage_s_sources():
         assert lineage.TRACE_RECORDER.resolve() not in stage.source_files(), stage.name
 
 
-def _stamp_rows(steps, t0, step_cycles=1000):
-    """A consumer warp's step records of boundary stamps: per step its events' ends, in the order of
-    traces.STAMP_KINDS; the tile's first step has no PV, rescale or V wait (stamp 0 or unchanged)."""
+def _stamp_rows(steps, t0, step_cycles=1000, two_turns=False):
+    """A consumer warp's step records of boundary stamps, as common/trace_recorder.cuh stores them: per
+    step its events' ends, in the order of traces.STAMP_SLOTS, every stamp cleared after its record;
+    the tile's first step has no PV, rescale or V wait. two_turns: a second turn (PV's) after the
+    softmax, stored with the next step's record in the earlier-turn slot."""
     rows = []
-    kinds = traces.STAMP_KINDS
-    last = dict.fromkeys(kinds, 0)
     ends = {"wait_pv": 5, "rescale": 40, "wait_k": 60, "wait_v": 70, "wait_turn": 100, "qk": 130, "pv": 160,
             "wait_qk": 300, "softmax": 900}
     for kv in range(steps):
         t = t0 + kv * step_cycles
+        stamps = dict.fromkeys(range(len(traces.STAMP_SLOTS)), 0)
         for name, offset in ends.items():
             if kv > 0 or name in ("wait_k", "wait_turn", "qk", "wait_qk", "softmax"):
-                last[name] = (t + offset) & 0xFFFFFFFF
-        stamps = [last[name] for name in kinds]
-        words = [traces.STAMP_MARK | (0 << 8), kv, *stamps, 0, 0]
+                stamps[traces.STAMP_SLOTS.index(name)] = (t + offset) & 0xFFFFFFFF
+        if two_turns and kv > 0:
+            stamps[len(traces.STAMP_SLOTS) - 1] = (t - 50) & 0xFFFFFFFF  # the PV turn after the last softmax
+        words = [traces.STAMP_MARK | (0 << 8) | (kv << 20), *stamps.values()]
         rows += [words[0:4], words[4:8], words[8:12]]
     return rows
 
@@ -128,13 +130,23 @@ def test_boundary_stamps_decode_into_events_that_start_where_the_last_one_ended(
     rows = _stamp_rows(steps, base + 100) + [[0, 0, 0, 0]] * 4
     events, _ = traces.decode([[rows]], [[base, 0]], [[0, 0]], mhz)
     names = [e[2] for e in events]
-    assert names.count("softmax") == steps and names.count("pv") == steps - 1  # an unchanged stamp: no event
+    assert names.count("softmax") == steps and names.count("pv") == steps - 1  # a cleared stamp: no event
     assert names[:5] == ["wait_k", "wait_turn", "qk", "wait_qk", "softmax"]  # the first step, in time order
     by = {(e[2], e[4]): e for e in events}
     assert by[("qk", 1)][5] == by[("wait_turn", 1)][6]  # a stamp's start is the warp's previous end
     assert by[("wait_pv", 1)][5] == by[("softmax", 0)][6]  # across the step boundary too
     assert by[("softmax", 2)][6] - by[("softmax", 1)][6] == 1000.0  # ns at 1 GHz, unwrapped across 2^32
     assert all(e[6] >= e[5] for e in events)
+    assert {(e[3], e[4]) for e in events} == {(0, kv) for kv in range(steps)}  # the labels of word 0
+
+
+def test_a_step_with_two_turns_keeps_both():
+    base, steps = 1000, 3
+    rows = _stamp_rows(steps, base, two_turns=True) + [[0, 0, 0, 0]] * 4
+    events, _ = traces.decode([[rows]], [[base, 0]], [[0, 0]], 1000.0)
+    turns = [e for e in events if e[2] == "wait_turn"]
+    assert len(turns) == steps + (steps - 1)
+    assert all(a[6] < b[6] for a, b in zip(turns, turns[1:]))  # in time order, none lost
 
 
 def test_the_stamp_kinds_follow_the_recorder():
@@ -142,7 +154,8 @@ def test_the_stamp_kinds_follow_the_recorder():
     body = cuh.split("TRACE_STAMP_KINDS =")[1].split(";")[0]
     kinds = re.findall(r"trace_bit\(k([a-z_]+)\)", body)
     assert sorted(kinds, key=traces.EVENTS.index) == list(traces.STAMP_KINDS)  # slots in TraceEvent order
-    assert f"TRACE_NSTAMPS = {len(traces.STAMP_KINDS)};" in cuh
+    assert f"TRACE_NSTAMPS = {len(traces.STAMP_SLOTS)};" in cuh
+    assert f"TRACE_EARLIER_TURN = {len(traces.STAMP_SLOTS) - 1};" in cuh
 
 
 def test_another_recorder_is_chosen_by_the_environment_and_changes_the_hash(monkeypatch, tmp_path):

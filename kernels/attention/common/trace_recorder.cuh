@@ -110,12 +110,15 @@ __device__ __forceinline__ TraceWarp trace_init(int* shared_slot) {
 
 __host__ __device__ constexpr uint32_t trace_bit(uint32_t e) { return 1u << e; }
 
-// The events of a K/V step, recorded as stamps (in this order in a step record).
+// The events of a K/V step, recorded as stamps (in this order in a step record), and a second stamp
+// for the pingpong's turn: where a step has two turns (QK's and PV's), the later must not
+// overwrite the earlier's stamp before the softmax's end stores them.
 constexpr uint32_t TRACE_STAMP_KINDS = trace_bit(kwait_k) | trace_bit(kwait_v) | trace_bit(kwait_kv) |
                                        trace_bit(kwait_turn) | trace_bit(kqk) | trace_bit(kwait_qk) |
                                        trace_bit(ksoftmax) | trace_bit(krescale) | trace_bit(kpv) | trace_bit(kwait_pv);
-constexpr int TRACE_NSTAMPS = 10;
-static_assert(__builtin_popcount(TRACE_STAMP_KINDS) == TRACE_NSTAMPS, "one stamp per stamp kind");
+constexpr int TRACE_NSTAMPS = 11;
+constexpr int TRACE_EARLIER_TURN = 10;  // the turn before the latest, in a step with two
+static_assert(__builtin_popcount(TRACE_STAMP_KINDS) + 1 == TRACE_NSTAMPS, "one stamp per stamp kind, two turns");
 __host__ __device__ constexpr int trace_stamp_index(uint32_t e) {
     int n = 0;  // the stamp kinds below e
     for (uint32_t k = 0; k < e; ++k) n += (TRACE_STAMP_KINDS >> k) & 1u;
@@ -149,9 +152,10 @@ __device__ __forceinline__ void trace_record(TraceWarp& w, int tile, int kv, uin
         : "r"(w.kinds), "r"(w.end), "n"(1u << EVENT), "n"(EVENT), "r"(tile), "r"(kv), "r"(start), "l"(g_trace.events));
 }
 
-// A step record: the stamps so far, labelled with the step that stores them; by lane 0, when all
-// three rows fit (a partial record would run into the next warp's) and the warp records some stamp
-// kind. No branch: three predicated stores.
+// A step record: the stamps so far, labelled with the step that stores them (word 0: 0xff, then
+// the tile and the K/V step in 12 bits each, 0xfff for -1); by lane 0, when all three rows fit (a
+// partial record would run into the next warp's) and the warp records some stamp kind. No branch:
+// three predicated stores.
 __device__ __forceinline__ void trace_flush(TraceWarp& w, int tile, int kv, const uint32_t (&t)[TRACE_NSTAMPS]) {
     asm volatile(
         "{\n"
@@ -160,18 +164,18 @@ __device__ __forceinline__ void trace_flush(TraceWarp& w, int tile, int kv, cons
         ".reg .b32 meta, after, kinds;\n"
         "add.s32 after, %0, 3;\n"
         "setp.le.s32 room, after, %1;\n"
-        "and.b32 kinds, %15, %16;\n"
+        "and.b32 kinds, %16, %17;\n"
         "setp.ne.and.u32 room, kinds, 0, room;\n"
         "mad.wide.s32 at, %0, 16, %2;\n"
-        "shl.b32 meta, %3, 8;\n"
-        "or.b32 meta, meta, 255;\n"
-        "@room st.global.v4.b32 [at], {meta, %4, %5, %6};\n"
-        "@room st.global.v4.b32 [at+16], {%7, %8, %9, %10};\n"
-        "@room st.global.v4.b32 [at+32], {%11, %12, %13, %14};\n"
+        "bfi.b32 meta, %3, 255, 8, 12;\n"
+        "bfi.b32 meta, %4, meta, 20, 12;\n"
+        "@room st.global.v4.b32 [at], {meta, %5, %6, %7};\n"
+        "@room st.global.v4.b32 [at+16], {%8, %9, %10, %11};\n"
+        "@room st.global.v4.b32 [at+32], {%12, %13, %14, %15};\n"
         "}\n"
         :
         : "r"(w.next), "r"(w.end), "l"(g_trace.events), "r"(tile), "r"(kv), "r"(t[0]), "r"(t[1]), "r"(t[2]),
-          "r"(t[3]), "r"(t[4]), "r"(t[5]), "r"(t[6]), "r"(t[7]), "r"(t[8]), "r"(t[9]), "r"(w.kinds),
+          "r"(t[3]), "r"(t[4]), "r"(t[5]), "r"(t[6]), "r"(t[7]), "r"(t[8]), "r"(t[9]), "r"(t[10]), "r"(w.kinds),
           "n"(TRACE_STAMP_KINDS));
     w.next += 3;
 }
@@ -181,21 +185,23 @@ __device__ __forceinline__ void trace_begin(uint32_t (&start)[kevent_count]) {
     if constexpr (!(TRACE_STAMP_KINDS & trace_bit(EVENT))) start[EVENT] = trace_now();
 }
 
+__device__ __forceinline__ void trace_flush_and_clear(TraceWarp& w, int tile, int kv, uint32_t (&stamp)[TRACE_NSTAMPS]) {
+    trace_flush(w, tile, kv, stamp);
+    for (int i = 0; i < TRACE_NSTAMPS; ++i) stamp[i] = 0;  // a stamp's register is free until its next event
+}
+
 template <uint32_t EVENT>
 __device__ __forceinline__ void trace_end(TraceWarp& w, uint32_t (&stamp)[TRACE_NSTAMPS],
                                           const uint32_t (&start)[kevent_count], int tile, int kv) {
-    if constexpr (TRACE_STAMP_KINDS & trace_bit(EVENT)) {
+    if constexpr (EVENT == kwait_turn) {  // the two turns' stamps shift: the latest, and the one before
+        stamp[TRACE_EARLIER_TURN] = stamp[trace_stamp_index(EVENT)];
         stamp[trace_stamp_index(EVENT)] = trace_now();
-        if constexpr (EVENT == ksoftmax) {
-            trace_flush(w, tile, kv, stamp);
-            for (int i = 0; i < TRACE_NSTAMPS; ++i) stamp[i] = 0;
-        }
+    } else if constexpr (TRACE_STAMP_KINDS & trace_bit(EVENT)) {
+        stamp[trace_stamp_index(EVENT)] = trace_now();
+        if constexpr (EVENT == ksoftmax) trace_flush_and_clear(w, tile, kv, stamp);
     } else {
         trace_record<EVENT>(w, tile, kv, start[EVENT]);
-        if constexpr (EVENT == kepilogue) {  // the tile's last turn
-            trace_flush(w, tile, kv, stamp);
-            for (int i = 0; i < TRACE_NSTAMPS; ++i) stamp[i] = 0;
-        }
+        if constexpr (EVENT == kepilogue) trace_flush_and_clear(w, tile, kv, stamp);  // the tile's last turn
     }
 }
 

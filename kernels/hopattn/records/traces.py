@@ -57,27 +57,33 @@ def _signed(word: int) -> int:
     return word - (1 << 32) if word & 0x80000000 else word
 
 
-# A step record of boundary stamps (common/trace_recorder.cuh): three rows, [0xff | tile << 8, K/V
-# step, then one clock stamp per kind of STAMP_KINDS]; a stamp is an event's end, and a kind whose
-# stamp has not changed since the warp's last step record did not happen again. Its start is the
-# end of the warp's event before it. The step labels are those of the record that stores it.
+# A step record of boundary stamps (common/trace_recorder.cuh): three rows, [0xff | tile << 8 | step << 20
+# (12 bits each, all ones for -1), then one clock stamp per kind of STAMP_KINDS, and one for the
+# step's earlier turn where it has two]; a stamp is an event's end (0: not seen since the warp's last
+# step record). Its start is the end of the warp's event before it. The step labels are those of
+# the record that stores it.
 STAMP_MARK = 0xFF
 STAMP_KINDS = ("wait_k", "wait_v", "wait_kv", "wait_turn", "qk", "wait_qk", "softmax", "rescale", "pv", "wait_pv")
+STAMP_SLOTS = STAMP_KINDS + ("wait_turn",)  # the earlier of two turns
+
+
+def _label(bits: int) -> int:
+    return -1 if bits == 0xFFF else bits
 
 
 def _warp_events(rows, base: int, origin: int) -> list[list]:
     """One warp's records as [event, tile, kv, start, end] in cycles from origin, in order of end."""
     words = [tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows]
-    out, last = [], {}
+    out = []
     k = 0
     while k < len(words) and words[k][0] & 0xFF:
         word0, word1, a, b = words[k]
         tile, kv = _signed(word0) >> 8, _signed(word1)
         if word0 & 0xFF == STAMP_MARK:
-            stamps = [a, b, *(w for row in words[k + 1:k + 3] for w in row)]
-            for name, stamp in zip(STAMP_KINDS, stamps):
-                if stamp and last.get(name) != stamp:
-                    last[name] = stamp
+            tile, kv = _label((word0 >> 8) & 0xFFF), _label(word0 >> 20)
+            stamps = [word1, a, b, *(w for row in words[k + 1:k + 3] for w in row)]
+            for name, stamp in zip(STAMP_SLOTS, stamps):
+                if stamp:
                     out.append([name, tile, kv, None, _unwrap(stamp, base) - origin])
             k += 3
             continue
