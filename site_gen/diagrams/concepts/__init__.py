@@ -32,6 +32,7 @@ CONCEPTS = (
     (19, hopper.descriptor_offsets),
     (20, attention.gqa_heads),
     (21, attention.deferred_max),
+    (22, scheduling.tile_coordinates),
 )
 
 # The hand-written pages' own figures (docs/<page>), in page order; they belong to no one stage.

@@ -256,3 +256,68 @@ def longest_first(stage, stages):
     c.text(12, y + 42, "the producer claims the next with an atomic counter and hands its id to the consumers.",
            size=12, fill="muted")
     return done(c, stage, "Greedy list scheduling of the example costs, computed, not drawn by hand.")
+
+
+# One 32-bit division by a divisor known only at run time, as nvcc 13.0 compiles it (stage 21's
+# SASS): the reciprocal's estimate and two corrections, each instruction waiting for the one before.
+RUNTIME_DIVISION = ("I2F.RP", "MUFU.RCP", "VIADD", "F2I", "IMAD", "IMAD.HI", "IMAD.HI", "IMAD", "ISETP",
+                    "IADD", "ISETP", "IADD")
+FAST_DIVISION = ("IMAD.WIDE.U32", "SHF.R.U64", "IMAD")  # common/fast_divmod.cuh: quotient, then remainder
+
+
+def tile_coordinates(stage, stages):
+    """Stage 22: the chain of divisions from an output tile's id to its coordinates (the causal
+    order's: group of heads, place in the group, batch and head, K/V head), each drawn as the
+    dependent instructions it compiles to, before and after the host's multipliers."""
+    steps = (("÷ tiles per group", "group, r"), ("÷ heads in the group", "q-block, pair"),
+             ("÷ heads", "batch, head"), ("÷ heads per K/V head", "K/V head"))
+    per_slow, per_fast = len(RUNTIME_DIVISION), len(FAST_DIVISION)
+    x0, x1 = 150, 846
+    unit = (x1 - x0) / (len(steps) * per_slow + 4)  # one dependent instruction, at the slower stage's scale
+    c = canvas("tile-coordinates", 420, "An output tile's coordinates: divisions by numbers the compiler cannot see",
+               f"From the tile id to its batch, head, K/V head and first row: {len(steps)} divisions, each needing "
+               f"the one before. Stage {stage.number - 1} compiles each into {per_slow} dependent instructions "
+               "(a reciprocal's estimate and two corrections); this stage divides with a multiplier and a shift "
+               f"that the host prepared: {per_fast} instructions.")
+    # The chain itself.
+    y = 56
+    c.text(12, y + 22, "tile id", size=12, weight="600")
+    bw = (x1 - x0 - 3 * 14) / len(steps)
+    for i, (op, result) in enumerate(steps):
+        x = x0 + i * (bw + 14)
+        box(c, x, y, bw, 40, op, fill="accent", stroke="accent", opacity=0.15, size=12, sub=f"→ {result}")
+        if i:
+            c.line(x - 14, y + 20, x - 1, y + 20, stroke="stroke", arrow=True)
+    c.line(x0 - 44, y + 20, x0 - 1, y + 20, stroke="stroke", arrow=True)
+
+    def chain(y, label, sub, ops, fill):
+        c.text(12, y + 16, label, size=12, weight="600")
+        c.text(12, y + 32, sub, size=11, fill="muted")
+        x = x0
+        for i, _ in enumerate(steps):
+            for k, op in enumerate(ops):
+                c.rect(x, y, unit - 1.5, 36, fill=fill, stroke=fill, opacity=0.22 if k else 0.5, rx=2)
+                x += unit
+            if i < len(steps) - 1:
+                c.line(x + 1, y - 4, x + 1, y + 40, stroke="fg", sw=1, dash="3 2")
+        return x
+
+    y = 140
+    end = chain(y, f"stage {stage.number - 1}", "each ÷", RUNTIME_DIVISION, "bar")
+    c.text(x0, y + 54, " → ".join(RUNTIME_DIVISION), size=11, fill="muted", mono=True)
+    c.text(end, y - 10, f"{len(steps) * per_slow} dependent instructions, and a 64-bit division (a CALL) for "
+                        "the group's size", size=12, anchor="end")
+    y = 236
+    end = chain(y, f"stage {stage.number}", "each ÷", FAST_DIVISION, "ok")
+    c.text(end + 8, y + 23, f"{len(steps) * per_fast} instructions", size=12, weight="600", fill="ok")
+    c.text(x0, y + 54, " → ".join(FAST_DIVISION) + "   (q = n·m ≫ s, then r = n − q·d)", size=11, fill="muted",
+           mono=True)
+    y = 318
+    box(c, x0, y, x1 - x0, 44, "the host, once per launch: for each divisor d, m = ⌈2³¹⁺ˡ / d⌉ and s = 31 + l, "
+        "l = ⌈log₂ d⌉", fill="panel", stroke="stroke", size=12,
+        sub="exact for every n < 2³¹ (common/fast_divmod.cuh proves it); the group's size is computed there too")
+    c.text(12, y + 26, "host", size=12, weight="600")
+    c.text(x0, y + 70, "Every output tile pays the chain at its start, with both consumers at the boundary and the "
+                       "tensor cores idle.", size=12, fill="muted")
+    return done(c, stage, "The chain is the causal order's (stage 18); without the mask the order is computed and "
+                          "the chain is three divisions long.")
