@@ -124,14 +124,17 @@ def _rows(bars: list[Bar]) -> list[list[int]]:
 
 
 def spans_of(bars: list[Bar]) -> list[Span]:
-    """Pair each wgmma issue with the first later wait of the same warp, tile and K/V step."""
+    """Pair each wgmma issue with the first later wait of its kind in the same warp: a warp's wgmma
+    groups retire in the order they were issued. (Not by the K/V step's label: a boundary stamp
+    carries the step of the record that stored it, and a PV issued in one step and retired in the
+    next is stored with two different labels.)"""
     out = []
     for i, b in enumerate(bars):
         wait = RETIRED_BY.get(b.event)
         if wait is None or b.kv is None:
             continue
         for w in bars[i + 1:]:
-            if w.event == wait and (w.slot, w.warp, w.tile, w.kv) == (b.slot, b.warp, b.tile, b.kv) and w.end >= b.start:
+            if w.event == wait and (w.slot, w.warp) == (b.slot, b.warp) and w.end >= b.start:
                 out.append(Span(b.event, b.tile, b.kv, b.start, w.end))
                 break
     return out
