@@ -1,6 +1,6 @@
 """Static analysis of the trace recorder variants (no GPU needed).
 
-    PYTHONPATH=$PWD/kernels:$PWD python3 research/trace_variants/static_counts.py --stages 12,14,19,20
+    PYTHONPATH=$PWD/kernels:$PWD python3 research/trace_variants/static_counts.py --stages 12,14,15,19,21 --variants current,events,smem
 
 For each stage: compiles plain, traced with the current recorder, and traced with each variant
 (nvcc -cubin, the stage's own flags with the -include swapped), then reports for the consumer main
@@ -111,8 +111,8 @@ def short(fn: str) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--stages", default="12,14,19,20")
-    p.add_argument("--variants", default="current,kind,warp,cursor,flat")
+    p.add_argument("--stages", default="12,14,15,19,21")
+    p.add_argument("--variants", default="current,events,smem")
     p.add_argument("--json", default=str(HERE / "static_counts.json"))
     p.add_argument("--jobs", type=int, default=2)
     a = p.parse_args(argv)
