@@ -1,6 +1,7 @@
 """common/fast_divmod.cuh divides exactly (needs nvcc, no GPU): its functions are __host__ __device__,
 so a small host program checks them against `/` and `%` over the divisors and numerators the
-stages meet, the edges of its proof (powers of two and their neighbours, 2^31 - 1) and random ones."""
+stages meet, the edges of its proof (powers of two and their neighbours, 2^31 - 1) and random ones
+(about 38 million pairs). And stage 22's concept figure draws what nvcc compiles a division to."""
 
 from __future__ import annotations
 
@@ -77,3 +78,51 @@ def test_fast_divmod_matches_integer_division(tmp_path):
     result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("ok "), result.stdout
+    assert int(result.stdout.split()[1]) > 37_000_000  # the pairs stage 22's notes say were checked
+
+
+CHAINS = r"""
+#include "fast_divmod.cuh"
+extern "C" __global__ void runtime_divmod(const int* n, int* q, int* r, int d) {  // describe_tile's / and %
+    const int i = n[threadIdx.x];
+    q[threadIdx.x] = i / d;
+    r[threadIdx.x] = i % d;
+}
+extern "C" __global__ void host_divmod(const int* n, int* q, int* r, FastDivmod f) {  // stage 22's
+    int quotient, remainder;
+    fast_divmod(n[threadIdx.x], f, quotient, remainder);
+    q[threadIdx.x] = quotient;
+    r[threadIdx.x] = remainder;
+}
+"""
+# What is not the division: parameters, the thread's index, the addresses, the loads and stores.
+NOT_ARITHMETIC = ("LDC", "ULDC", "S2R", "LDG", "STG", "EXIT", "BRA", "NOP")
+
+
+def _arithmetic(instrs) -> tuple[str, ...]:
+    return tuple(i.opcode for i in instrs
+                 if not i.opcode.startswith(NOT_ARITHMETIC) and not (i.opcode == "IMAD.WIDE.U32" and ", 0x4," in i.operands))
+
+
+def test_the_concept_figure_draws_the_divisions_nvcc_compiles(tmp_path):
+    """Stage 22's figure draws one division (with its remainder) as the instructions of
+    site_gen's RUNTIME_DIVISION and FAST_DIVISION: they must be what nvcc makes of them."""
+    from hopattn import cuda_tools
+    from hopattn.compiler import sass
+
+    from site_gen.diagrams.concepts.scheduling import FAST_DIVISION, RUNTIME_DIVISION
+
+    try:
+        nvcc = build.nvcc()
+    except build.BuildError:
+        pytest.skip("nvcc not found (install the CUDA toolkit or pip's nvidia-cuda-nvcc)")
+    if cuda_tools.find("cuobjdump") is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    source, cubin = tmp_path / "chains.cu", tmp_path / "chains.fatbin"  # a fatbin: cuobjdump names its arch
+    source.write_text(CHAINS)
+    subprocess.run([str(nvcc), "-O3", "-std=c++17", "-arch=sm_90a", "-fatbin", "-I", str(lineage.ATTENTION_DIR / "common"),
+                    str(source), "-o", str(cubin)], check=True, capture_output=True, timeout=300)
+    functions = sass.parse_sass(sass.dump_sass(cubin))
+    why = "nvcc compiles it otherwise now: update site_gen/diagrams/concepts/scheduling.py"
+    assert _arithmetic(functions["runtime_divmod"]) == RUNTIME_DIVISION, why
+    assert _arithmetic(functions["host_divmod"]) == FAST_DIVISION, why

@@ -165,6 +165,21 @@ def test_pingpong_keeps_the_consumers_wgmmas_apart():
     assert share["12"] < 0.2 and share["11"] > 2.5 * share["12"]
 
 
+def test_from_stage_13_the_pv_is_in_flight_during_the_warps_own_softmax():
+    """Stage 13's idea, as its trace must show it: a consumer's PV runs while the same warp's softmax
+    does (stage 12 waits for its PV before the next QKᵀ). The PV is issued in one K/V step and
+    retired in the next, so its span pairs records of two step labels."""
+    def overlap(sid):
+        lane = next(ln for ln in trace_lanes.layout(RECORDS[(sid, False)]).lanes if ln.spans)
+        pv = [(s.start, s.end) for s in lane.spans if s.gemm == "pv"]
+        soft = [(b.start, b.end) for b in lane.bars if b.event == "softmax"]
+        total = sum(b - a for a, b in soft)
+        return sum(max(0.0, min(e0, e1) - max(s0, s1)) for s0, e0 in pv for s1, e1 in soft) / total
+
+    assert overlap("13") > 0.5 and overlap("21") > 0.5  # most of the softmax runs under the own PV
+    assert overlap("12") < 0.05
+
+
 @pytest.mark.parametrize("sid", sorted(STAGES), ids=sorted(STAGES))
 def test_the_model_is_drawn_for_the_same_window_on_the_same_scale(sid):
     stage, rec = STAGES[sid], RECORDS[(sid, False)]

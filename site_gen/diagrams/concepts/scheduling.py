@@ -258,27 +258,37 @@ def longest_first(stage, stages):
     return done(c, stage, "Greedy list scheduling of the example costs, computed, not drawn by hand.")
 
 
-# One 32-bit division by a divisor known only at run time, as nvcc 13.0 compiles it (stage 21's
-# SASS): the reciprocal's estimate and two corrections, each instruction waiting for the one before.
-RUNTIME_DIVISION = ("I2F.RP", "MUFU.RCP", "VIADD", "F2I", "IMAD", "IMAD.HI", "IMAD.HI", "IMAD", "ISETP",
-                    "IADD", "ISETP", "IADD")
-FAST_DIVISION = ("IMAD.WIDE.U32", "SHF.R.U64", "IMAD")  # common/fast_divmod.cuh: quotient, then remainder
+# One signed 32-bit division with its remainder by a divisor known only at run time (describe_tile's
+# `/` and `%` in stage 21), and the same through common/fast_divmod.cuh (stage 22): the arithmetic
+# nvcc 13.0 compiles them to for sm_90a, in order. tests/test_fast_divmod.py compiles both and checks
+# these against the SASS.
+RUNTIME_DIVISION = ("IABS", "I2F.RP", "MUFU.RCP", "IADD3", "F2I.FTZ.U32.TRUNC.NTZ", "IMAD.MOV.U32", "IADD3", "IMAD",
+                    "IMAD.HI.U32", "IABS", "LOP3.LUT", "IMAD.HI.U32", "ISETP.GE.AND", "IADD3", "IMAD",
+                    "ISETP.GT.U32.AND", "IADD3", "IMAD.IADD", "ISETP.NE.AND", "ISETP.GE.U32.AND", "VIADD", "IADD3",
+                    "LOP3.LUT", "IMAD.MOV", "IMAD")
+FAST_DIVISION = ("IMAD.WIDE.U32", "SHF.R.U64", "IADD3", "IMAD")
+
+
+def _chain_text(ops, shown=10) -> str:
+    names = [op.split(".")[0] if op.count(".") > 1 else op for op in ops]
+    text = " → ".join(names[:shown])
+    return text + (f" → … ({len(ops)} in all)" if len(ops) > shown else "")
 
 
 def tile_coordinates(stage, stages):
     """Stage 22: the chain of divisions from an output tile's id to its coordinates (the causal
     order's: group of heads, place in the group, batch and head, K/V head), each drawn as the
-    dependent instructions it compiles to, before and after the host's multipliers."""
+    instructions it compiles to (with its remainder), before and after the host's multipliers."""
     steps = (("÷ tiles per group", "group, r"), ("÷ heads in the group", "q-block, pair"),
              ("÷ heads", "batch, head"), ("÷ heads per K/V head", "K/V head"))
     per_slow, per_fast = len(RUNTIME_DIVISION), len(FAST_DIVISION)
     x0, x1 = 150, 846
-    unit = (x1 - x0) / (len(steps) * per_slow + 4)  # one dependent instruction, at the slower stage's scale
+    unit = (x1 - x0) / (len(steps) * per_slow + 4)  # one instruction, at the slower stage's scale
     c = canvas("tile-coordinates", 420, "An output tile's coordinates: divisions by numbers the compiler cannot see",
                f"From the tile id to its batch, head, K/V head and first row: {len(steps)} divisions, each needing "
-               f"the one before. Stage {stage.number - 1} compiles each into {per_slow} dependent instructions "
-               "(a reciprocal's estimate and two corrections); this stage divides with a multiplier and a shift "
-               f"that the host prepared: {per_fast} instructions.")
+               f"the one before. Stage {stage.number - 1} compiles each, with its remainder, into {per_slow} "
+               "instructions (a reciprocal's estimate, two corrections and the signs); this stage divides with a "
+               f"multiplier and a shift that the host prepared: {per_fast} instructions.")
     # The chain itself.
     y = 56
     c.text(12, y + 22, "tile id", size=12, weight="600")
@@ -304,8 +314,8 @@ def tile_coordinates(stage, stages):
 
     y = 140
     end = chain(y, f"stage {stage.number - 1}", "each ÷", RUNTIME_DIVISION, "bar")
-    c.text(x0, y + 54, " → ".join(RUNTIME_DIVISION), size=11, fill="muted", mono=True)
-    c.text(end, y - 10, f"{len(steps) * per_slow} dependent instructions, and a 64-bit division (a CALL) for "
+    c.text(x0, y + 54, _chain_text(RUNTIME_DIVISION), size=11, fill="muted", mono=True)
+    c.text(end, y - 10, f"{len(steps) * per_slow} instructions, and a 64-bit division (a CALL) for "
                         "the group's size", size=12, anchor="end")
     y = 236
     end = chain(y, f"stage {stage.number}", "each ÷", FAST_DIVISION, "ok")
