@@ -33,7 +33,7 @@ TARGET_SM = 0
 MAX_CTAS = 8  # CTAs traced on the target SM: the first to start there (non-persistent stages keep several)
 PERSISTENT_TILES = 3  # output tiles a persistent CTA records: the window needs the first boundary
 SHAPE = shapes.SHAPES["8k"]
-OVERHEAD_ROUNDS = 5
+OVERHEAD_ROUNDS = 9  # interleaved rounds of 10 launches: the spread of their ratios goes in the record
 
 
 def _launcher(torch, lib, q, k, v, out, causal):
@@ -159,7 +159,14 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     control[2:] = torch.tensor(kind_masks(stage), dtype=torch.int64).to(torch.int32).cuda()
     return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
                               plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms),
-                              idle_ms=statistics.median(idle_ms), light_step_ns=light_step, per_warp=per_warp)
+                              idle_ms=statistics.median(idle_ms), light_step_ns=light_step, per_warp=per_warp,
+                              pct_range=_pct_range(traced_ms, plain_ms), idle_pct_range=_pct_range(idle_ms, plain_ms))
+
+
+def _pct_range(times: list[float], plain: list[float]) -> tuple[float, float]:
+    """The lowest and highest of the rounds' ratios, in percent against plain (same round)."""
+    pcts = [(t / p - 1) * 100 for t, p in zip(times, plain)]
+    return min(pcts), max(pcts)
 
 
 def main(argv=None) -> int:

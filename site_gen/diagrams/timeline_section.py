@@ -163,9 +163,11 @@ def _comparison(stage, record: dict) -> str:
     cmp = step_comparison(stage, record)
     over = record["overhead"]
     slower = "slower" if over["pct"] >= 0 else "faster"
+    spread = (f"; the {over['pct_range'][0]:+.1f} to {over['pct_range'][1]:+.1f} % of its timing rounds"
+              if "pct_range" in over else "")
     overhead = (f"The traced build ran **{abs(over['pct']):.1f} % {slower}** than the plain one "
-                f"({over['traced_ms']:.3f} ms against {over['plain_ms']:.3f} ms for the whole launch): the trace "
-                "shows the protocol and the relative durations, not exact times.")
+                f"({over['traced_ms']:.3f} ms against {over['plain_ms']:.3f} ms for the whole launch{spread}): the "
+                "trace shows the protocol and the relative durations, not exact times.")
     if cmp is None:
         return _p(f"This record has no time per K/V step. {overhead}")
     lay = trace_lanes.layout(record)

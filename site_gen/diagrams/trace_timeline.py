@@ -349,6 +349,8 @@ def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool) -> str:
     idle = (f" ({over['idle_pct']:+.1f} % when it records nothing: the trace points alone)" if "idle_pct" in over else "")
     steps = (f"; recording every event stretched its K/V steps by {over['step_pct']:+.1f} % against one record a step"
              if "step_pct" in over else "")
-    parts.append(f"The traced build ran {over['pct']:+.1f} % against the plain one{idle}{steps}, so the "
+    spread = (f" (its timing rounds: {over['pct_range'][0]:+.1f} to {over['pct_range'][1]:+.1f} %)"
+              if "pct_range" in over else "")
+    parts.append(f"The traced build ran {over['pct']:+.1f} % against the plain one{spread}{idle}{steps}, so the "
                  "lengths show the protocol and the relative durations, not exact times.")
     return " ".join(parts)

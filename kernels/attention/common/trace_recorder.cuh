@@ -4,14 +4,20 @@
 // of a Hopper stage holds eight to ten events per warp, on the softmax's dependency chain, and the
 // loop is bound by its instruction stream: a 16-byte record per event, behind a branch, cost those
 // stages +12 to +20 % (research/trace_variants/recorder_events.cuh keeps that recorder). So:
+// (What is left is mostly the clock reads themselves: ptxas keeps the code on either side of each
+// where it is, and eight of them in a K/V step, storing nothing, cost stages 16-22 about 7-10 %;
+// and any record outside the loop makes ptxas build stage 15's loop differently, +16-22 %. The
+// method page's "What the overhead is made of" has the measurements; research/trace_variants the
+// recorders tried.)
 //
 //   - a K/V step's events are boundary stamps. TRACE_BEGIN of a step event reads no clock; its
 //     TRACE_END reads the clock into a register of its own kind (one CS2R). The softmax's end, once
-//     a step, stores all ten stamps together with the step's labels: three 16-byte stores,
-//     predicated, no branch (a "step record"); the epilogue's end stores those left from the
-//     tile's last turn. The host takes a stamped event's start from the end of the warp's event
-//     before it: in every stage's loop the step's events follow each other, up to a fence or a
-//     barrier arrival. A kind seen twice between two step records keeps its last stamp;
+//     a step, stores all eleven stamps (one per stamp kind, and the step's earlier turn) together
+//     with the step's labels: three 16-byte stores, predicated, no branch (a "step record"); the
+//     epilogue's end stores those left from the tile's last turn. The host takes a stamped event's
+//     start from the end of the warp's event before it: in every stage's loop the step's events
+//     follow each other, up to a fence or a barrier arrival. A kind seen twice between two step
+//     records keeps its last stamp;
 //   - every other event (the producer's, and those once a tile: the waits for Q and the tile id,
 //     the epilogue, the store) is one 16-byte record of its start and end;
 //   - which event kinds a warp records is the host's choice, per warp (a bit mask, read once at the
@@ -45,10 +51,12 @@ enum TraceEvent : uint32_t {
 constexpr int TRACE_CAPACITY = 4096;  // room per warp; the host's `capacity` may use less
 
 // An event record: 16 bytes: event | tile << 8 (tile may be -1), the K/V step (-1: none), and the
-// low 32 bits of clock64 at its start and its end. A step record: three such rows, 0xff | tile << 8
-// (a marker no event uses), the K/V step, then the ten stamps in the order of TRACE_STAMP_KINDS
-// (0: not seen yet). Where a record sits says whose it is: [slot][warp][row]. The host unwraps the
-// clock against the slot's full base clock (a kernel runs far less than 2^32 cycles).
+// low 32 bits of clock64 at its start and its end. A step record: three such rows, twelve words:
+// 0xff | tile << 8 | step << 20 (0xff: a marker no event uses; tile and step in 12 bits each, 0xfff
+// for -1), then eleven stamps: one per kind of TRACE_STAMP_KINDS in order, and the step's earlier
+// turn (0: not seen since the warp's last step record). Where a record sits says whose it is:
+// [slot][warp][row]. The host unwraps the clock against the slot's full base clock (a kernel runs
+// far less than 2^32 cycles).
 struct TraceTarget {
     uint4* events;            // [max_ctas][warps][TRACE_CAPACITY]
     unsigned long long* base; // [max_ctas][2]: clock64 and %globaltimer (ns) when the CTA started

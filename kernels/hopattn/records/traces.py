@@ -165,10 +165,12 @@ def roles(stage: lineage.Stage) -> list[str]:
 
 def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases, infos, clock_mhz: float, *,
                 plain_ms: float, traced_ms: float, idle_ms: float | None = None, light_step_ns: float | None = None,
-                per_warp: int | None = None) -> dict:
+                per_warp: int | None = None, pct_range: tuple[float, float] | None = None,
+                idle_pct_range: tuple[float, float] | None = None) -> dict:
     """The record (without its run) of one traced launch. idle_ms: the traced build recording nothing
     (its trace points alone); light_step_ns: the time per K/V step of the
-    same launch with one record a step; per_warp: the records each warp had room for."""
+    same launch with one record a step; per_warp: the records each warp had room for; pct_range,
+    idle_pct_range: the lowest and highest overhead of the timing rounds (percent, same round)."""
     events, ctas = decode(records, bases, infos, clock_mhz)
     if not events:
         raise TraceError(f"stage {stage.id}: the traced launch recorded no event on the target SM")
@@ -192,6 +194,8 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
                      "pct": round((traced_ms / plain_ms - 1) * 100, 2),
                      **({"idle_ms": round(idle_ms, 4), "idle_pct": round((idle_ms / plain_ms - 1) * 100, 2)}
                         if idle_ms else {}),
+                     **({"pct_range": [round(x, 2) for x in pct_range]} if pct_range else {}),
+                     **({"idle_pct_range": [round(x, 2) for x in idle_pct_range]} if idle_pct_range else {}),
                      **({"light_step_ns": round(light_step_ns, 1),
                          "step_pct": round((per_step / light_step_ns - 1) * 100, 2)}
                         if light_step_ns and per_step else {})},
@@ -266,6 +270,10 @@ def validate(data, where: str = "<trace>") -> dict:
     if "step_pct" in over:  # records made before the one-record-a-step comparison lack it
         c.get(over, "light_step_ns", "overhead.light_step_ns", "a positive number", pos_num)
         c.get(over, "step_pct", "overhead.step_pct", "a number", is_num)
+    for k in ("pct_range", "idle_pct_range"):  # records made before the rounds' spread was kept lack them
+        if k in over:
+            c.get(over, k, f"overhead.{k}", "[lowest, highest] percent", lambda v: isinstance(v, list) and
+                  len(v) == 2 and all(is_num(x) for x in v) and v[0] <= v[1])
     if "records_per_warp" in data:
         c.get(data, "records_per_warp", "records_per_warp", "a positive integer", lambda v: is_int(v) and v > 0)
     run = c.get(data, "run", "run", "an object with date, git_commit, git_dirty, command, environment",

@@ -1,0 +1,5 @@
+// Diagnostic recorder (see recorder_fence.cuh): no step trace points; of the other events, the consumers' only (waits for Q and tile ids, epilogue, store).
+#pragma once
+#define TV_FENCE_KINDS 0u
+#define TV_KEEP_OTHERS (~TRACE_STAMP_KINDS & ~TRACE_PRODUCER_KINDS)
+#include "recorder_fence.cuh"
