@@ -169,3 +169,17 @@ def test_another_recorder_is_chosen_by_the_environment_and_changes_the_hash(monk
     from hopattn import build
     stage = lineage.discover()[-1]
     assert str(other.resolve()) in build.nvcc_flags(stage, traced=True)
+
+
+def test_a_window_without_a_second_tile_reaches_the_next_cta_s_first_steps():
+    """Non-persistent stages: slot 0 ends, the next CTA on the SM starts some microseconds later.
+    The window runs from five steps before slot 0's last step ends to six after the next CTA's first
+    step, however long the switch took (it once fell just short of stage 11's next CTA)."""
+    steps = [[0, 1, "qk", 0, kv, 1000.0 * kv, 1000.0 * kv + 200] for kv in range(10)]  # last ends at 9200
+    nxt = [[1, 1, "qk", 0, kv, 14000.0 + 1000 * kv, 14200.0 + 1000 * kv] for kv in range(8)]
+    start, end = traces.window(steps + nxt, 1000.0)
+    assert start == pytest.approx(9200 - 5000) and end == pytest.approx(14000 + 6000)
+    start, end = traces.window(steps, 1000.0)  # no CTA after it
+    assert end == pytest.approx(9200 + 6000)
+    persistent = steps + [[0, 1, "qk", 1, kv, 12000.0 + 1000 * kv, 12200.0 + 1000 * kv] for kv in range(4)]
+    assert traces.window(persistent, 1000.0) == pytest.approx((12000 - 5000, 12000 + 6000))

@@ -52,8 +52,8 @@ def own_window(stage) -> Window:
 
 def measured_window(stage, before: int, after: int | None) -> Window:
     """The model's run over the K/V steps a trace window holds: ``before`` steps of one output tile
-    and ``after`` of the next (a boundary window), or, with ``after`` None, the prologue and the
-    first ``before`` steps of the first tile."""
+    and ``after`` of the next (a boundary window; ``after`` 0: up to the next tile's start), or, with
+    ``after`` None, the prologue and the first ``before`` steps of the first tile."""
     if after is None:
         slots = schedule.simulate(stage, max(before, 1), 1)
         return Window(tuple(slots), 0.0, max(s.end for s in slots), None, max(before, 1))
@@ -61,7 +61,8 @@ def measured_window(stage, before: int, after: int | None) -> Window:
     slots = schedule.simulate(stage, n, 2)
     first = n - before  # the first iteration the window shows, from its first QKᵀ (the trace counts steps so)
     start = min(s.start for s in slots if s.it == first and s.op.kind == "qk")
-    end = max(s.end for s in slots if s.it <= n + after - 1)
+    # after == 0: the trace's window ends before the next tile's first step; the model's, at its start
+    end = max(s.end for s in slots if s.it <= n + after - 1) if after else _tile_start(slots, 1)
     kept = [s for s in slots if s.end > start and s.start < end]
     return Window(tuple(kept), start, end, _tile_start(slots, 1), before + after)
 

@@ -239,7 +239,8 @@ def both_in_flight(lay: Layout, row: int) -> tuple[list[tuple[float, float]], fl
 
 def steps(lay: Layout) -> tuple[int, int | None]:
     """How many K/V steps (QKᵀ issues of the first computing warp on row 0) the window holds before
-    and after that row's first tile boundary; (steps, None) for a window without one."""
+    and after that row's first tile boundary; (steps, None) for a window without one, (steps, 0)
+    where the window ends before the next tile's first step."""
     lane = next((ln for ln in lay.lanes if ln.role in lay.gemm_roles and ln.row == 0), None)
     if lane is None:
         return 0, None
@@ -248,9 +249,11 @@ def steps(lay: Layout) -> tuple[int, int | None]:
         if b.event == "qk" and 0 <= b.start <= lay.length:
             groups.setdefault((b.slot, b.tile), set()).add(b.kv)
     order = sorted(groups, key=lambda k: min(b.start for b in lane.bars if (b.slot, b.tile) == k))
-    if any(b.row == 0 for b in lay.boundaries) and len(order) >= 2:
+    boundary = any(b.row == 0 for b in lay.boundaries)
+    if boundary and len(order) >= 2:
         return len(groups[order[0]]), len(groups[order[1]])
-    return (len(groups[order[0]]) if order else 0), None
+    # a boundary whose next steps fall after the window's end: none of them in it
+    return (len(groups[order[0]]) if order else 0), (0 if boundary else None)
 
 
 def moved_events(stats: dict, prev_stats: dict, shown: int = 3) -> tuple[list[tuple[str, float, float]], list[str]]:

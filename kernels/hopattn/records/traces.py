@@ -133,17 +133,23 @@ def step_ns(events: list[list]) -> float | None:
 
 
 def window(events: list[list], per_step: float | None) -> tuple[float, float]:
-    """A window of the steady state centred on slot 0's first tile boundary: the first K/V step of
-    its second output tile (persistent stages), else the end of its last step (the next CTA on the
-    SM takes over). Steps only: a producer loads the next tile's Q long before its consumers start it."""
+    """A window of the steady state around slot 0's first tile boundary: centred on the first K/V
+    step of its second output tile (persistent stages); else from before the end of its last step
+    to after the first step of the next CTA on the SM, whatever the time between them (a CTA's
+    epilogue and the next one's start are the boundary). Steps only: a producer loads the next
+    tile's Q long before its consumers start it."""
     present = {e[2] for e in events}
     name = next((n for n in STEP_EVENTS if n in present), None)  # the GEMM where there is one
     steps = [e for e in events if e[0] == 0 and e[2] == name] or [e for e in events if e[0] == 0]
-    later = [e[5] for e in steps if e[3] >= 1]
-    centre = min(later) if later else max(e[6] for e in steps)
     before, after = WINDOW_STEPS
     step = per_step or (max(e[6] for e in events) - min(e[5] for e in events)) / 20
-    return max(0.0, centre - before * step), centre + after * step
+    later = [e[5] for e in steps if e[3] >= 1]
+    if later:
+        centre = min(later)
+        return max(0.0, centre - before * step), centre + after * step
+    last = max(e[6] for e in steps)
+    following = [e[5] for e in events if e[0] != 0 and e[2] == name and e[5] >= last]
+    return max(0.0, last - before * step), (min(following) if following else last) + after * step
 
 
 def event_stats(events: list[list]) -> dict:
