@@ -7,7 +7,8 @@ Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): th
 that run on one SM record the SM clock at the end of their events (a K/V step's events as boundary
 stamps, stored once a step; the others with their start too), a persistent stage's CTA its first
 output tiles only, the ones the timeline's window shows. The producer launches it at the fixed shape,
-reads the records back, converts cycles to nanoseconds with the SM clock it read during the run, and
+reads the records back, converts cycles to nanoseconds with the SM clock over the traced CTAs' run (each
+CTA's clock and global timer at its start and at the end of its last epilogue), and
 writes one committed record per stage and mask through hopattn.records.traces
 (bench/results/traces/<gpu>/<NN>[-causal].json): a window of the steady state with a tile boundary
 in it, the median time per K/V step, per-event statistics over everything recorded, and what
@@ -62,16 +63,22 @@ def _median_ms(torch, fn, before=None, n=10) -> float:
     return statistics.median(times)
 
 
-def _sm_mhz(torch, bases) -> float:
-    """The SM clock during the launch: from the CTAs' (clock64, globaltimer) pairs when several CTAs
-    started at different times, else as the driver reports it right after the launch."""
+def _sm_mhz(torch, bases, ends) -> tuple[float, str]:
+    """The SM clock during the launch, and where it came from: each CTA's (clock64, globaltimer) at
+    its start and at the end of its last epilogue (the median over the CTAs); else the CTAs' start
+    pairs when several CTAs started at different times; else as the driver reports it right after
+    the launch."""
+    spans = [(int(c1) - int(c0), int(n1) - int(n0)) for (c0, n0), (c1, n1) in zip(bases, ends)]
+    rates = [clk / ns * 1000.0 for clk, ns in spans if ns > 20_000 and clk > 0]  # 20 us at least
+    if rates:
+        return statistics.median(rates), "each CTA's start and last epilogue"
     pairs = sorted((int(ns), int(clk)) for clk, ns in bases)
-    if len(pairs) >= 2 and pairs[-1][0] - pairs[0][0] > 20_000:  # 20 us apart at least
-        return (pairs[-1][1] - pairs[0][1]) / (pairs[-1][0] - pairs[0][0]) * 1000.0
+    if len(pairs) >= 2 and pairs[-1][0] - pairs[0][0] > 20_000:
+        return (pairs[-1][1] - pairs[0][1]) / (pairs[-1][0] - pairs[0][0]) * 1000.0, "the CTAs' starts"
     try:
-        return float(torch.cuda.clock_rate())
+        return float(torch.cuda.clock_rate()), "the driver, after the launch"
     except Exception:  # noqa: BLE001  (no NVML): nvidia-smi's reading
-        return float(env.read_clocks()["sm_mhz"])
+        return float(env.read_clocks()["sm_mhz"]), "nvidia-smi, after the launch"
 
 
 def _bit(name: str) -> int:
@@ -111,7 +118,7 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
                .to(torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
     events = torch.zeros(MAX_CTAS * warps * capacity * 4, dtype=torch.int32, device="cuda")
-    base = torch.zeros(MAX_CTAS * 2, dtype=torch.int64, device="cuda")
+    base = torch.zeros(2 * MAX_CTAS * 2, dtype=torch.int64, device="cuda")  # the starts, then the last epilogues
     info = torch.zeros(MAX_CTAS * 2, dtype=torch.int32, device="cuda")
     # [0] the slot counter (zeroed before each launch), [1] records per warp, [2 + w] warp w's kinds
     per_warp = records_per_warp(stage, capacity)
@@ -148,19 +155,21 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
         run_traced()
         torch.cuda.synchronize()
         used = min(int(slots.item()), MAX_CTAS)
-        return (events.view(MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy(),
-                base.view(MAX_CTAS, 2)[:used].cpu().tolist(), info.view(MAX_CTAS, 2)[:used].cpu().tolist())
+        pairs = base.view(2, MAX_CTAS, 2)[:, :used].cpu().tolist()
+        return (events.view(MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy(), pairs[0],
+                info.view(MAX_CTAS, 2)[:used].cpu().tolist(), pairs[1])
 
-    records, bases, infos = recorded()  # the launch whose records are kept
-    clock_mhz = _sm_mhz(torch, bases)
+    records, bases, infos, ends = recorded()  # the launch whose records are kept
+    clock_mhz, clock_from = _sm_mhz(torch, bases, ends)
     # The same launch with one record a K/V step: how much recording every event stretches a step.
     control[2:] = torch.tensor(kind_masks(stage, light=True), dtype=torch.int64).to(torch.int32).cuda()
-    light_step = traces.step_ns(traces.decode(*recorded(), clock_mhz)[0])
+    light_step = traces.step_ns(traces.decode(*recorded()[:3], clock_mhz)[0])
     control[2:] = torch.tensor(kind_masks(stage), dtype=torch.int64).to(torch.int32).cuda()
     return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
                               plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms),
                               idle_ms=statistics.median(idle_ms), light_step_ns=light_step, per_warp=per_warp,
-                              pct_range=_pct_range(traced_ms, plain_ms), idle_pct_range=_pct_range(idle_ms, plain_ms))
+                              pct_range=_pct_range(traced_ms, plain_ms), idle_pct_range=_pct_range(idle_ms, plain_ms),
+                              clock_from=clock_from)
 
 
 def _pct_range(times: list[float], plain: list[float]) -> tuple[float, float]:

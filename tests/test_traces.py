@@ -183,3 +183,21 @@ def test_a_window_without_a_second_tile_reaches_the_next_cta_s_first_steps():
     assert end == pytest.approx(9200 + 6000)
     persistent = steps + [[0, 1, "qk", 1, kv, 12000.0 + 1000 * kv, 12200.0 + 1000 * kv] for kv in range(4)]
     assert traces.window(persistent, 1000.0) == pytest.approx((12000 - 5000, 12000 + 6000))
+
+
+def test_the_sm_clock_comes_from_each_cta_s_run_before_the_driver():
+    """A persistent CTA starts with the kernel: its start pair alone gives no rate, and the driver's
+    reading after the launch was up to a fifth off. Each CTA's last epilogue gives a second pair."""
+    from bench import trace
+
+    class NoTorch:  # the driver's reading is the last resort and must not be asked for here
+        class cuda:
+            @staticmethod
+            def clock_rate():
+                raise AssertionError("asked the driver")
+
+    bases = [[1_000_000, 5_000_000]]
+    ends = [[1_000_000 + 1_755 * 3_000, 5_000_000 + 3_000_000]]  # 3 ms at 1755 MHz
+    assert trace._sm_mhz(NoTorch, bases, ends) == (pytest.approx(1755.0), "each CTA's start and last epilogue")
+    starts = [[0, 0], [1_800 * 50, 50_000]]  # two CTAs 50 us apart, no epilogue written
+    assert trace._sm_mhz(NoTorch, starts, [[0, 0], [0, 0]])[0] == pytest.approx(1800.0)

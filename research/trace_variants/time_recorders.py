@@ -202,7 +202,7 @@ def main(argv=None) -> int:
                 per_warp = bt.records_per_warp(stage, capacity)
                 masks = bt.kind_masks(stage)
                 events = torch.zeros(bt.MAX_CTAS * warps * capacity * 4, dtype=torch.int32, device="cuda")
-                base = torch.zeros(bt.MAX_CTAS * 2, dtype=torch.int64, device="cuda")
+                base = torch.zeros(2 * bt.MAX_CTAS * 2, dtype=torch.int64, device="cuda")  # starts, last epilogues
                 info = torch.zeros(bt.MAX_CTAS * 2, dtype=torch.int32, device="cuda")
                 control = torch.tensor([0, per_warp, *masks], dtype=torch.int64).to(torch.int32).cuda()
                 slots = control[:1]
@@ -220,7 +220,7 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
                 used = min(int(slots.item()), bt.MAX_CTAS)
                 records = events.view(bt.MAX_CTAS, warps, capacity, 4)[:used].cpu().numpy()
-                bases = base.view(bt.MAX_CTAS, 2)[:used].cpu().tolist()
+                bases = base.view(2, bt.MAX_CTAS, 2)[0, :used].cpu().tolist()
                 infos = info.view(bt.MAX_CTAS, 2)[:used].cpu().tolist()
                 verdict = check_records(stage, records, bases, infos, warps, per_warp, masks,
                                               gaps_ok=variant == "direct")

@@ -59,7 +59,8 @@ constexpr int TRACE_CAPACITY = 4096;  // room per warp; the host's `capacity` ma
 // far less than 2^32 cycles).
 struct TraceTarget {
     uint4* events;            // [max_ctas][warps][TRACE_CAPACITY]
-    unsigned long long* base; // [max_ctas][2]: clock64 and %globaltimer (ns) when the CTA started
+    unsigned long long* base; // [2][max_ctas][2]: clock64 and %globaltimer (ns) when the CTA started,
+                              // then at the end of its latest epilogue
     uint32_t* info;           // [max_ctas][2]: linear block index, SM
     uint32_t* control;        // [0] the next free slot (zeroed before each launch), [1] records per warp
                               // (at most TRACE_CAPACITY), [2 + w] the event kinds warp w records (bit e)
@@ -188,6 +189,19 @@ __device__ __forceinline__ void trace_flush(TraceWarp& w, int tile, int kv, cons
     w.next += 3;
 }
 
+// The clock and the global timer at the end of each epilogue, by lane 0 of a recording warp, in one
+// 16-byte store (the pair stays whole when warps race): the CTA's last pair and its start's give
+// the SM clock over the CTA's run, the whole kernel for a persistent CTA (the driver's reading
+// after a launch is up to a fifth off). A warp's slot is its rows' region: lane 0's end is in it.
+__device__ __forceinline__ void trace_end_time(const TraceWarp& w) {
+    if (w.kinds == 0 || threadIdx.x % 32 != 0) return;
+    const int slot = (w.end - 1) / TRACE_CAPACITY / g_trace.warps;
+    unsigned long long clk, ns;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(clk));
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    *reinterpret_cast<ulonglong2*>(g_trace.base + 2 * (g_trace.max_ctas + slot)) = make_ulonglong2(clk, ns);
+}
+
 template <uint32_t EVENT>
 __device__ __forceinline__ void trace_begin(uint32_t (&start)[kevent_count]) {
     if constexpr (!(TRACE_STAMP_KINDS & trace_bit(EVENT))) start[EVENT] = trace_now();
@@ -209,7 +223,10 @@ __device__ __forceinline__ void trace_end(TraceWarp& w, uint32_t (&stamp)[TRACE_
         if constexpr (EVENT == ksoftmax) trace_flush_and_clear(w, tile, kv, stamp);
     } else {
         trace_record<EVENT>(w, tile, kv, start[EVENT]);
-        if constexpr (EVENT == kepilogue) trace_flush_and_clear(w, tile, kv, stamp);  // the tile's last turn
+        if constexpr (EVENT == kepilogue) {
+            trace_flush_and_clear(w, tile, kv, stamp);  // the tile's last turn
+            trace_end_time(w);
+        }
     }
 }
 

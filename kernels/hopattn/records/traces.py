@@ -172,11 +172,12 @@ def roles(stage: lineage.Stage) -> list[str]:
 def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases, infos, clock_mhz: float, *,
                 plain_ms: float, traced_ms: float, idle_ms: float | None = None, light_step_ns: float | None = None,
                 per_warp: int | None = None, pct_range: tuple[float, float] | None = None,
-                idle_pct_range: tuple[float, float] | None = None) -> dict:
+                idle_pct_range: tuple[float, float] | None = None, clock_from: str | None = None) -> dict:
     """The record (without its run) of one traced launch. idle_ms: the traced build recording nothing
     (its trace points alone); light_step_ns: the time per K/V step of the
     same launch with one record a step; per_warp: the records each warp had room for; pct_range,
-    idle_pct_range: the lowest and highest overhead of the timing rounds (percent, same round)."""
+    idle_pct_range: the lowest and highest overhead of the timing rounds (percent, same round);
+    clock_from: where clock_mhz came from."""
     events, ctas = decode(records, bases, infos, clock_mhz)
     if not events:
         raise TraceError(f"stage {stage.id}: the traced launch recorded no event on the target SM")
@@ -190,6 +191,7 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
         "recorder_hash": lineage.trace_recorder_hash(),
         "shape": dict(shape), "causal": causal,
         "clock_mhz": round(clock_mhz, 1),
+        **({"clock_from": clock_from} if clock_from else {}),
         "ctas": ctas, "roles": roles(stage),
         "window": {"start_ns": round(start, 1), "end_ns": round(end, 1)},
         "events": shown,
@@ -276,6 +278,8 @@ def validate(data, where: str = "<trace>") -> dict:
     if "step_pct" in over:  # records made before the one-record-a-step comparison lack it
         c.get(over, "light_step_ns", "overhead.light_step_ns", "a positive number", pos_num)
         c.get(over, "step_pct", "overhead.step_pct", "a number", is_num)
+    if "clock_from" in data:  # records made before the clock was taken over each CTA's run lack it
+        c.get(data, "clock_from", "clock_from", "a non-empty string", lambda v: isinstance(v, str) and v)
     for k in ("pct_range", "idle_pct_range"):  # records made before the rounds' spread was kept lack them
         if k in over:
             c.get(over, k, f"overhead.{k}", "[lowest, highest] percent", lambda v: isinstance(v, list) and
