@@ -60,7 +60,8 @@ def test_every_stage_page_has_its_measured_timeline(real):
         assert f'id="s{s.id}-trace-warps"' in html and "<details" in html
         rec = inp.trace(s, False)
         assert f"{abs(rec['overhead']['pct']):.1f} %" in html  # the traced build's overhead, stated
-        assert "Per K/V step" in html and "disagree" in html  # every stage is off the model by more than 15 %
+        assert "Per K/V step" in html and ("disagree" in html or "agree within" in html)  # the verdict, either way
+        assert f"the {rec['clock_mhz']:.0f} MHz the SM ran at" in html  # the recorded launch's clock, stated
         assert "Stale trace" not in html  # the committed traces match the sources
         if s.causal:
             assert "Measured, causal" in html and f'id="s{s.id}-trace-causal"' in html

@@ -11,6 +11,11 @@ Assumptions, stated once so the timeline caption can repeat them:
 SMS = 132
 CLOCK_HZ = 1.98e9
 TENSOR_FLOPS_SM = 989e12 / SMS  # wgmma, dense bf16
+# The datasheet's 989 TFLOP/s is Hopper's 4096 dense bf16 FLOP per clock per SM at 1.83 GHz, not at
+# the 1.98 GHz the other per-clock rates are taken at: the clock a measured step's cycles are read at
+# when the model says the tensor cores bind.
+TENSOR_FLOPS_PER_CLK = 4096
+TENSOR_CLOCK_HZ = TENSOR_FLOPS_SM / TENSOR_FLOPS_PER_CLK
 MMA_SYNC_FRACTION = 2 / 3  # mma.sync on Hopper
 MUFU_PER_CLK = 16
 FMA_PER_CLK = 128

@@ -14,7 +14,7 @@ from hopattn import lineage
 from hopattn.records import traces
 
 from ..html import esc, inline_markdown, tabbed
-from . import schedule, trace_lanes
+from . import rates, schedule, trace_lanes
 from .diagram import Diagram
 from .section import figures
 from .timeline import measured_window, model_window_diagram, own_window, timeline_diagram
@@ -22,6 +22,10 @@ from .trace_timeline import NAME, fmt_ns, trace_diagram
 
 MIN_WIDTH = 820  # px: at the smallest font of the timelines (13), text stays 12 px or more
 DISAGREE = 0.15  # measured and predicted time per K/V step further apart than this: the page says so
+# The clock the model's binding rate assumes, per bound: the tensor cores' 989 TFLOP/s hold at 1.83
+# GHz, MUFU and FMA are taken at 1.98; a load-bound step is memory's, which no SM clock scales.
+MODEL_MHZ = {"tensor": rates.TENSOR_CLOCK_HZ / 1e6, "softmax": rates.CLOCK_HZ / 1e6,
+             "epilogue": rates.CLOCK_HZ / 1e6}
 STALE = '<span class="hd-stale" title="recorded on older sources of this stage">stale</span>'
 
 
@@ -33,15 +37,29 @@ class StepComparison:
     predicted_ns: float
     overhead_pct: float
     bound: str
+    clock_mhz: float | None = None  # the SM clock of the recorded launch
+
+    @property
+    def model_mhz(self) -> float | None:
+        """The clock the model's binding rate assumes (None: memory, or no clock recorded)."""
+        return MODEL_MHZ.get(self.bound) if self.clock_mhz else None
+
+    @property
+    def scaled_ns(self) -> float:
+        """The measured step in the same cycles at the model's clock. The recorded launch ran at its
+        own clock (1.2 to 1.8 GHz on the H200, lower as the GPU heats under the late stages' load),
+        and the model's rates but memory's are per clock."""
+        return self.measured_ns * self.clock_mhz / self.model_mhz if self.model_mhz else self.measured_ns
 
     @property
     def ratio(self) -> float:
-        return self.measured_ns / self.predicted_ns
+        return self.scaled_ns / self.predicted_ns
 
     @property
     def untraced_ns(self) -> float:
-        """The measured step with the traced build's overhead on the kernel's time taken out."""
-        return self.measured_ns / (1 + self.overhead_pct / 100)
+        """The measured step at the model's clock with the traced build's overhead on the kernel's
+        time taken out."""
+        return self.scaled_ns / (1 + self.overhead_pct / 100)
 
     @property
     def disagree(self) -> bool:
@@ -52,7 +70,8 @@ def step_comparison(stage, record: dict) -> StepComparison | None:
     if not record.get("per_step_ns"):
         return None
     pred = schedule.predict(stage)
-    return StepComparison(record["per_step_ns"], pred.period * 1e9, record["overhead"]["pct"], pred.bound)
+    return StepComparison(record["per_step_ns"], pred.period * 1e9, record["overhead"]["pct"], pred.bound,
+                          record.get("clock_mhz"))
 
 
 def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: dict | None = None) -> list[Diagram]:
@@ -173,8 +192,16 @@ def _comparison(stage, record: dict) -> str:
     lay = trace_lanes.layout(record)
     verdict = (f"they **disagree**: the GPU took {cmp.ratio:.2f}× the model's time per step"
                if cmp.disagree else f"they agree within {DISAGREE * 100:.0f} % ({cmp.ratio:.2f}×)")
-    lines = [f"**Per K/V step**: measured **{fmt_ns(cmp.measured_ns)}** (the median over every step recorded on "
-             f"this SM, traced build), predicted **{fmt_ns(cmp.predicted_ns)}** (the schedule model, bound by "
+    clock = ""
+    if cmp.model_mhz:
+        clock = (f" at the {cmp.clock_mhz:.0f} MHz the SM ran at during the recorded launch, "
+                 f"**{fmt_ns(cmp.scaled_ns)}** in the same cycles at the {cmp.model_mhz:.0f} MHz the model's "
+                 f"{schedule.UNIT_LABEL[cmp.bound]} rate holds at")
+    elif cmp.clock_mhz:
+        clock = (f" at the {cmp.clock_mhz:.0f} MHz the SM ran at during the recorded launch (memory binds in the "
+                 "model: no clock scales it)")
+    lines = [f"**Per K/V step**: measured **{fmt_ns(cmp.measured_ns)}**{clock} (the median over every step recorded "
+             f"on this SM, traced build), predicted **{fmt_ns(cmp.predicted_ns)}** (the schedule model, bound by "
              f"{schedule.UNIT_LABEL[cmp.bound]}): {verdict}. {overhead} With the overhead taken out, a step takes "
              f"about {fmt_ns(cmp.untraced_ns)}, {cmp.untraced_ns / cmp.predicted_ns:.2f}× the prediction."]
     if len(lay.rows) > 1:

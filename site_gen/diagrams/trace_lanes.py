@@ -216,17 +216,19 @@ def _union(intervals) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def both_in_flight(lay: Layout, row: int) -> tuple[list[tuple[float, float]], float] | None:
+def both_in_flight(lay: Layout, row: int, until: float | None = None) -> tuple[list[tuple[float, float]], float] | None:
     """Where the first warps of two computing roles of a row (the two consumer warpgroups) both
     have a wgmma in flight, and that time over the time either has one; None without two such
-    roles. Pingpong keeps it near zero: one consumer's GEMMs wait for the other's turn."""
+    roles. Pingpong keeps it near zero: one consumer's GEMMs wait for the other's turn. ``until``:
+    only the spans that end by then (the steady state before a boundary)."""
     firsts: dict[str, Lane] = {}
     for ln in lay.lanes:
         if ln.row == row and ln.spans and ln.role not in firsts:
             firsts[ln.role] = ln
     if len(firsts) < 2:
         return None
-    a, b = (_union((s.start, s.end) for s in ln.spans) for ln in list(firsts.values())[:2])
+    a, b = (_union((s.start, s.end) for s in ln.spans if until is None or s.end <= until)
+            for ln in list(firsts.values())[:2])
     both = []
     for s0, e0 in a:
         for s1, e1 in b:
