@@ -101,7 +101,9 @@ def stage_section(stage, prev, inp, site, cache) -> str:
     record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
     prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
     # the previous stage's trace of the same mask, else its non-causal one (named so in the figure)
-    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", r["stats"])
+    # ... in this stage's record's clock: the same cycles, as each record's clock makes them nanoseconds
+    mine = {False: record, True: causal_record}
+    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", at_clock(r, mine[c] or r))
                for c, r in prev_records.items() if r is not None}
     drawn = _drawn(stage, record, causal_record, against, cache)
     by_id = {d.id: d for d in drawn}
@@ -218,10 +220,21 @@ def _comparison(stage, record: dict) -> str:
     return "\n".join(_p(x) for x in lines)
 
 
+def at_clock(record: dict, to: dict) -> dict:
+    """A record's event statistics in another record's clock: the same cycles, as nanoseconds at the
+    SM clock ``to`` was recorded at. Stages recorded minutes apart ran at clocks up to a third apart
+    (the H200 slows as it heats), so a comparison of two stages' nanoseconds is one of cycles only
+    this way."""
+    f = record.get("clock_mhz", 1.0) / to.get("clock_mhz", 1.0) if "clock_mhz" in record and "clock_mhz" in to else 1.0
+    return {e: {**v, "median_ns": round(v["median_ns"] * f, 1), "total_ns": round(v["total_ns"] * f, 1)}
+            for e, v in record["stats"].items()}
+
+
 def _event_table(prev, record: dict, prev_record: dict | None) -> str:
-    """Median duration per event kind over everything recorded on the SM, against the previous stage."""
+    """Median duration per event kind over everything recorded on the SM, against the previous stage
+    (its cycles at this record's clock)."""
     stats = record["stats"]
-    pstats = prev_record["stats"] if prev_record else {}
+    pstats = at_clock(prev_record, record) if prev_record else {}
     pid = prev.id if prev is not None and prev_record else None
     head = "<th>event</th><th>recorded</th><th>median</th>" + (f"<th>stage {pid}</th><th>change</th>" if pid else "")
     rows = []
@@ -238,7 +251,9 @@ def _event_table(prev, record: dict, prev_record: dict | None) -> str:
                 cells.append("new" if mine else "gone")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     mask = "causal" if record["causal"] else "non-causal"
-    against = (f", against stage {pid}'s {'causal' if prev_record['causal'] else 'non-causal'} trace" if pid else "")
+    against = (f", against stage {pid}'s {'causal' if prev_record['causal'] else 'non-causal'} trace, its cycles at "
+               f"this record's {record.get('clock_mhz', 0):.0f} MHz (it ran at {prev_record.get('clock_mhz', 0):.0f})"
+               if pid else "")
     return (f"<p>The median duration of each event over all {record['recorded']} events recorded on the SM "
             f"({mask}{against}):</p>\n<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows)
             + "\n</tbody>\n</table>")

@@ -282,7 +282,8 @@ def _against(c: Canvas, hatch, stats: dict, prev: tuple[str, dict], y: float, wg
     if not moved and not new:
         c.text(12, y + 14, "No event's median duration moved by more than a fifth.", size=FONT, fill="muted")
         y += 22
-    c.text(12, y + 14, f"solid: this stage · dashed outline: stage {pid}", size=FONT, fill="muted")
+    c.text(12, y + 14, f"solid: this stage · dashed outline: stage {pid}, its cycles at this record's SM clock",
+           size=FONT, fill="muted")
     return y + 26
 
 
@@ -346,11 +347,14 @@ def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool) -> str:
         parts.append("Under each consumer, the wgmmas it has in flight, from their issue to the wait that "
                      "retired them (an upper bound: the wait is where the warp checked).")
     over = record["overhead"]
-    idle = (f" ({over['idle_pct']:+.1f} % when it records nothing: the trace points alone)" if "idle_pct" in over else "")
+    notes = []
+    if "pct_range" in over:
+        notes.append(f"its timing rounds {over['pct_range'][0]:+.1f} to {over['pct_range'][1]:+.1f} %")
+    if "idle_pct" in over:
+        notes.append(f"{over['idle_pct']:+.1f} % when it records nothing: the trace points alone")
+    idle = f" ({'; '.join(notes)})" if notes else ""
     steps = (f"; recording every event stretched its K/V steps by {over['step_pct']:+.1f} % against one record a step"
              if "step_pct" in over else "")
-    spread = (f" (its timing rounds: {over['pct_range'][0]:+.1f} to {over['pct_range'][1]:+.1f} %)"
-              if "pct_range" in over else "")
-    parts.append(f"The traced build ran {over['pct']:+.1f} % against the plain one{spread}{idle}{steps}, so the "
+    parts.append(f"The traced build ran {over['pct']:+.1f} % against the plain one{idle}{steps}, so the "
                  "lengths show the protocol and the relative durations, not exact times.")
     return " ".join(parts)
