@@ -2,7 +2,7 @@
 //
 // Until stage 20, each K/V tile's softmax starts with its row maxima: 64 FMNMX per thread over the
 // tile's scores, a quad reduction (four shuffles), the growth test against the running maximum and
-// a warp vote, all before the first exponential. That is about 120 instructions between the QK's
+// a warp vote, all before the first exponential. In the SASS, 98 instructions between the QK's
 // completion and the first MUFU.EX2, on the one path the loop is bound by (stage 19's notes). Yet
 // the maximum is only there to keep the exponentials in range, and stage 06 already lets it go
 // stale: the exponentials need a reference close enough to the maximum, not the maximum itself.
@@ -11,11 +11,12 @@
 // reference (its maximum so far) without looking at the tile's scores first. The row sums, computed
 // anyway, tell afterwards whether that was safe: a per-thread sum at most 2^24 means every
 // exponential is at most 2^24, well within bf16's and fp32's range (the final division cancels any
-// common factor exactly, as with the stale maximum). Larger: the row is rebased on the tile's largest
-// exponential, a slow path that takes scores grown by 2^19 or so over the reference (or a row summed
-// over tens of millions of keys). Infinite or NaN (an exponential past 2^128, which overflowed): the
-// tile's scores are recomputed with a second QK (K is released only after the check) and take the
-// exact path. Masked tiles and each output tile's first K/V tile keep the exact softmax.
+// common factor exactly, as with the stale maximum). Larger but below 2^64: the row is rebased on
+// its largest per-thread sum, a slow path that takes scores grown by 2^19 or so over the reference
+// (or a row summed over tens of millions of keys). At 2^64 or more, infinite or NaN (an exponential
+// near or past fp32's 2^128): the warp recomputes the tile's scores with mma.sync from Q and K in
+// shared memory (K is released only after the check) and takes the exact path. Masked tiles and
+// each output tile's first K/V tile keep the exact softmax.
 //
 // Everything else is stage 20's: the grouped K/V heads, the log-sum-exp, the schedule, the pipeline.
 #include <cuda_bf16.h>
@@ -63,6 +64,8 @@ constexpr int PV_STEPS = BLOCK_N / 16;  // k-steps of the PV product, four of P'
 constexpr int SWIZZLE_ATOM = 1024;      // 8 rows x 128 bytes: the SBO of every descriptor
 constexpr float RESCALE_THRESHOLD = 8.f;  // log2 of the growth tolerated before rescaling
 constexpr float SUM_LIMIT = 16777216.f;  // 2^24: a per-thread row sum above it rebases the row
+constexpr float OVERFLOW_LIMIT = 18446744073709551616.f;  // 2^64: a per-thread sum at or above it (or not
+                                                         // finite) recomputes the tile: a rebase stays exact
 constexpr int PINGPONG_BAR = 1;  // named barrier PINGPONG_BAR + c: "consumer c may issue its next GEMM" (0 is __syncthreads)
 constexpr int PINGPONG_THREADS = 2 * 128;  // per phase: the waiting consumer's bar.sync + the other's bar.arrive
 constexpr int EPILOGUE_BAR = 3;  // named barrier EPILOGUE_BAR + c: consumer c's own 128 threads around its O staging
@@ -565,23 +568,23 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // NaN compares false: it counts as large, and then as overflowed.
                 const bool large = !(row_sum[0] <= SUM_LIMIT && row_sum[1] <= SUM_LIMIT);
                 if (__any_sync(0xffffffffu, large)) {
-                    const bool lost = !(row_sum[0] < INFINITY && row_sum[1] < INFINITY);
+                    const bool lost = !(row_sum[0] < OVERFLOW_LIMIT && row_sum[1] < OVERFLOW_LIMIT);
                     if (__any_sync(0xffffffffu, lost)) {
-                        // Some exponential overflowed: recompute the tile's scores (K is still held) and
-                        // take the exact path from the sums before it.
+                        // Some exponential overflowed, or came so close that no rebase could bring it back
+                        // in range exactly: recompute the tile's scores (K is still held) and take the exact
+                        // path from the sums before it.
                         row_sum[0] = sum_before[0];
                         row_sum[1] = sum_before[1];
                         recompute_scores(tile);
                         softmax(tile, std::false_type{});
                     } else {
-                        // Rebase each row on its largest exponential: P, the sum and (at the next top) O
-                        // scale by 2^-k, the reference moves up by k.
+                        // Rebase each row on its largest per-thread sum M: P, the sum and (at the next top) O
+                        // scale by 2^-k = 1 / M, the reference moves up by k = log2 M. Every sum is below
+                        // 2^64 here, so 2^-k is a normal float (ex2.approx flushes results below 2^-126 to
+                        // zero, which would erase the row), and afterwards no per-thread sum is above 1.
                         #pragma unroll
                         for (int half = 0; half < 2; ++half) {
-                            float x = 0.f;
-                            #pragma unroll
-                            for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-                            const float top = quad_max(x);
+                            const float top = quad_max(row_sum[half]);
                             const float k = top > 1.f ? __log2f(top) : 0.f;
                             const float c = exp2_approx(-k);
                             correction[half] = c;

@@ -63,6 +63,8 @@ constexpr int PV_STEPS = BLOCK_N / 16;  // k-steps of the PV product, four of P'
 constexpr int SWIZZLE_ATOM = 1024;      // 8 rows x 128 bytes: the SBO of every descriptor
 constexpr float RESCALE_THRESHOLD = 8.f;  // log2 of the growth tolerated before rescaling
 constexpr float SUM_LIMIT = 16777216.f;  // 2^24: a per-thread row sum above it rebases the row
+constexpr float OVERFLOW_LIMIT = 18446744073709551616.f;  // 2^64: a per-thread sum at or above it (or not
+                                                         // finite) recomputes the tile: a rebase stays exact
 constexpr int PINGPONG_BAR = 1;  // named barrier PINGPONG_BAR + c: "consumer c may issue its next GEMM" (0 is __syncthreads)
 constexpr int PINGPONG_THREADS = 2 * 128;  // per phase: the waiting consumer's bar.sync + the other's bar.arrive
 constexpr int EPILOGUE_BAR = 3;  // named barrier EPILOGUE_BAR + c: consumer c's own 128 threads around its O staging
@@ -576,23 +578,23 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 // NaN compares false: it counts as large, and then as overflowed.
                 const bool large = !(row_sum[0] <= SUM_LIMIT && row_sum[1] <= SUM_LIMIT);
                 if (__any_sync(0xffffffffu, large)) {
-                    const bool lost = !(row_sum[0] < INFINITY && row_sum[1] < INFINITY);
+                    const bool lost = !(row_sum[0] < OVERFLOW_LIMIT && row_sum[1] < OVERFLOW_LIMIT);
                     if (__any_sync(0xffffffffu, lost)) {
-                        // Some exponential overflowed: recompute the tile's scores (K is still held) and
-                        // take the exact path from the sums before it.
+                        // Some exponential overflowed, or came so close that no rebase could bring it back
+                        // in range exactly: recompute the tile's scores (K is still held) and take the exact
+                        // path from the sums before it.
                         row_sum[0] = sum_before[0];
                         row_sum[1] = sum_before[1];
                         recompute_scores(tile);
                         softmax(tile, std::false_type{});
                     } else {
-                        // Rebase each row on its largest exponential: P, the sum and (at the next top) O
-                        // scale by 2^-k, the reference moves up by k.
+                        // Rebase each row on its largest per-thread sum M: P, the sum and (at the next top) O
+                        // scale by 2^-k = 1 / M, the reference moves up by k = log2 M. Every sum is below
+                        // 2^64 here, so 2^-k is a normal float (ex2.approx flushes results below 2^-126 to
+                        // zero, which would erase the row), and afterwards no per-thread sum is above 1.
                         #pragma unroll
                         for (int half = 0; half < 2; ++half) {
-                            float x = 0.f;
-                            #pragma unroll
-                            for (int j = 0; j < BLOCK_N / 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-                            const float top = quad_max(x);
+                            const float top = quad_max(row_sum[half]);
                             const float k = top > 1.f ? __log2f(top) : 0.f;
                             const float c = exp2_approx(-k);
                             correction[half] = c;
