@@ -1,5 +1,5 @@
 """Builds the stages and the binding: every stage its own shared library, compiled in parallel and
-cached by the hash of its sources, flags and compiler.
+cached by the hash of its sources' bytes, flags and compiler.
 
     python -m hopattn.build            # build every stage (and the binding, if torch is present)
     python -m hopattn.build 1 5-6      # some stages
@@ -86,8 +86,12 @@ def _key(*parts: str) -> str:
 
 
 def library_path(stage: lineage.Stage, traced: bool = False) -> Path:
-    key = _key(stage.source_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version(),
-               lineage.trace_recorder_hash() if traced else "")
+    # Keyed on the sources' bytes, not on the token hash the records carry: the library holds
+    # -lineinfo, the lines (and columns) of the sources it was compiled from, which the compiler
+    # facts show. A comment edit then recompiles (nvcc only, no GPU), and a cached library never
+    # describes lines that have since moved; the records stay current all the same.
+    key = _key(stage.source_bytes_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version(),
+               lineage.trace_recorder_bytes_hash() if traced else "")
     return build_dir() / f"stage{stage.id}-{stage.slug}{'-traced' if traced else ''}-{key}.so"
 
 

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cpp
+from . import cpp, source_identity
 
 ATTENTION_DIR = Path(__file__).resolve().parent.parent / "attention"
 COMMON_DIR_NAME = "common"
@@ -138,7 +138,18 @@ class Stage:
         return source_files(self.kernel_path)
 
     def source_hash(self) -> str:
+        """The identity of the stage's sources that its records carry: their tokens, so a comment
+        or whitespace edit keeps every record current (hopattn.source_identity)."""
         return source_hash(self.kernel_path)
+
+    def source_lines_hash(self) -> str:
+        """The tokens and the line each is on: what -lineinfo and the compiler facts' source lines
+        depend on (a comment that moves lines changes it; one within a line does not)."""
+        return source_hash(self.kernel_path, lines=True)
+
+    def source_bytes_hash(self) -> str:
+        """The sources' bytes: the build cache's key (see source_bytes_hash below)."""
+        return source_bytes_hash(self.kernel_path)
 
     def constants(self) -> dict[str, int]:
         """The ``constexpr`` integers of kernel.cu (the numbers specs are checked against)."""
@@ -172,24 +183,51 @@ def trace_recorder() -> Path:
     return Path(chosen).resolve() if chosen else TRACE_RECORDER
 
 
-def trace_recorder_hash() -> str:
+def _recorder_files() -> list[Path]:
+    chosen = trace_recorder()
+    return [chosen] if chosen == TRACE_RECORDER else [chosen, TRACE_RECORDER]
+
+
+def trace_recorder_hash(lines: bool = False) -> str:
     """Of the recorder the traced build uses (and of common/trace_recorder.cuh, when another one
-    includes it): a trace record made with another recorder is stale against the committed one."""
+    includes it): a trace record made with another recorder is stale against the committed one.
+    A hash of tokens, as a stage's (source_identity): a comment in the recorder changes no record."""
+    return source_identity.digest([(p.name, source_identity.read(p)) for p in _recorder_files()], lines)
+
+
+def trace_recorder_bytes_hash() -> str:
+    """The same files' bytes: the traced build's cache key."""
     chosen = trace_recorder()
     data = chosen.read_bytes() + (b"" if chosen == TRACE_RECORDER else b"\0" + TRACE_RECORDER.read_bytes())
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def source_hash(kernel: Path) -> str:
-    """sha256 over the stage's sources: names relative to the lineage folder (kernels/attention,
-    or a copy of it elsewhere: a copied stage keeps its hash), then contents."""
+def _named_sources(kernel: Path) -> list[tuple[str, Path]]:
+    """The stage's sources named relative to the lineage folder (kernels/attention, or a copy of
+    it elsewhere: a copied stage keeps its hash)."""
     root = Path(kernel).resolve().parent.parent
-    h = hashlib.sha256()
+    out = []
     for path in source_files(kernel):
         try:
             rel = path.relative_to(root).as_posix()
         except ValueError:
             rel = path.name
+        out.append((rel, path))
+    return out
+
+
+def source_hash(kernel: Path, lines: bool = False) -> str:
+    """16 hex digits of sha256 over the stage's sources, each named relative to the lineage folder,
+    then its tokens (comments and whitespace left out; with each token's line when ``lines``)."""
+    return source_identity.digest([(rel, source_identity.read(p)) for rel, p in _named_sources(kernel)], lines)
+
+
+def source_bytes_hash(kernel: Path) -> str:
+    """sha256 over the sources' names and bytes, every byte counting. The build cache keys on it:
+    a library's -lineinfo (lines and columns) is then always that of the sources as they are. It is
+    also the identity records carried before source_hash hashed tokens (hopattn.records.restamp)."""
+    h = hashlib.sha256()
+    for rel, path in _named_sources(kernel):
         data = path.read_bytes()
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)

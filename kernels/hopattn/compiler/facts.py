@@ -84,6 +84,7 @@ def make_facts(stage: lineage.Stage, ptxas_log: str, sass_dump: str, tools: dict
         "schema_version": record.SCHEMA_VERSION,
         "stage": stage.name,
         "source_hash": stage.source_hash(),
+        "source_lines_hash": stage.source_lines_hash(),  # the line numbers below are of these lines
         "nvcc_flags": record.flags_text(stage),
         "toolchain": dict(sorted(tools.items())),
         "arch": ARCH,

@@ -1,5 +1,6 @@
 """The compiler facts of a stage (kernels/compiler_facts/<lineage>/<NN-slug>.json): what nvcc,
-ptxas and cuobjdump made of its kernel.cu, stamped with the source hash and nvcc flags it was made
+ptxas and cuobjdump made of its kernel.cu, stamped with the source hash (tokens), the source lines
+hash (tokens and their lines, for the line numbers the facts show) and nvcc flags it was made
 from. hopattn.compiler writes them; the site reads them and never compiles.
 
 Also the vocabulary both sides share: the groups SASS opcodes are counted in.
@@ -107,6 +108,9 @@ def validate(data, where="<compiler facts>") -> dict:
     c.get(data, "stage", "stage", "the stage name NN-slug", is_text)
     c.get(data, "source_hash", "source_hash", "16 lower-case hex digits",
           lambda v: isinstance(v, str) and bool(_HASH_RE.match(v)))
+    if "source_lines_hash" in data:  # facts made before the records hashed tokens lack it (stale)
+        c.get(data, "source_lines_hash", "source_lines_hash", "16 lower-case hex digits",
+              lambda v: isinstance(v, str) and bool(_HASH_RE.match(v)))
     c.get(data, "nvcc_flags", "nvcc_flags", "a string", is_text)
     c.get(data, "arch", "arch", f"'{ARCH}'", lambda v: v == ARCH)
     c.get(data, "toolchain", "toolchain", "an object of tool -> release",
@@ -163,6 +167,12 @@ def problem(stage: lineage.Stage, facts: dict | None) -> str | None:
         return "made by another version of the facts generator"
     if facts.get("source_hash") != stage.source_hash():
         return f"stale: made from sources {facts.get('source_hash')}, the stage is now {stage.source_hash()}"
+    # source_hash leaves comments and whitespace out, but the facts show source lines (-lineinfo:
+    # the main loop's span, a line per SASS instruction): an edit that moves lines, even a comment
+    # alone, makes them stale; one within a line does not. `python -m hopattn.compiler` remakes
+    # them (no GPU), from a library built afresh since the build cache keys on the bytes.
+    if facts.get("source_lines_hash") != stage.source_lines_hash():
+        return "stale: the sources' lines moved since the facts were made (their line numbers would be wrong)"
     if facts.get("nvcc_flags") != flags_text(stage):
         return "stale: made with other nvcc flags"
     return None
