@@ -2,13 +2,14 @@
 // (nvcc -DHOPATTN_TRACE -include trace_recorder.cuh), never by a stage, so it can change without
 // changing any stage's sources. What it must not do is change the schedule it records. A K/V step
 // of a Hopper stage holds eight to ten events per warp, on the softmax's dependency chain, and the
-// loop is bound by its instruction stream: a 16-byte record per event, behind a branch, cost those
-// stages +12 to +20 % (research/trace_variants/recorder_events.cuh keeps that recorder). So:
-// (What is left is mostly the clock reads themselves: ptxas keeps the code on either side of each
-// where it is, and eight of them in a K/V step, storing nothing, cost stages 16-22 about 7-10 %;
-// and any record outside the loop makes ptxas build stage 15's loop differently, +16-22 %. The
-// method page's "What the overhead is made of" has the measurements; research/trace_variants the
-// recorders tried.)
+// loop is bound by its instruction stream: a 16-byte record per event, each behind a branch, cost
+// stages 08-21 +4 to +29 %, most of them +12 to +18 % (research/trace_variants/recorder_events.cuh
+// keeps that recorder). So:
+// (What is left is mostly the clock reads themselves, one per event of a K/V step: ptxas keeps the
+// code on either side of each where it is, and they alone, storing nothing, cost stages 16-22
+// about 7-11 %; and any record outside the loop makes ptxas build stage 15's loop differently,
+// +16-22 %. The method page's "What the overhead is made of" has the measurements;
+// research/trace_variants the recorders tried.)
 //
 //   - a K/V step's events are boundary stamps. TRACE_BEGIN of a step event reads no clock; its
 //     TRACE_END reads the clock into a register of its own kind (one CS2R). The softmax's end, once
@@ -17,9 +18,10 @@
 //     epilogue's end stores those left from the tile's last turn. The host takes a stamped event's
 //     start from the end of the warp's event before it: in every stage's loop the step's events
 //     follow each other, up to a fence or a barrier arrival. A kind seen twice between two step
-//     records keeps its last stamp;
+//     records keeps its last stamp (the turn excepted: a step's earlier turn has a stamp of its own);
 //   - every other event (the producer's, and those once a tile: the waits for Q and the tile id,
-//     the epilogue, the store) is one 16-byte record of its start and end;
+//     the epilogue, the store) is one 16-byte record of its start and end, behind one uniform
+//     branch (bra.uni: a warp that does not record the kind skips it);
 //   - which event kinds a warp records is the host's choice, per warp (a bit mask, read once at the
 //     start: every kind, only the step records (any stamp kind), or none, to time the trace points
 //     alone); each warp records its first `capacity` rows (the host's choice too): the output tiles
