@@ -53,19 +53,52 @@ def test_every_ratio_is_to_a_peer_of_the_same_run():
     hashes = {s.id: s.source_hash() for s in real}
     by = {s.number: s for s in real}
     e19, e18 = nums.stage("19", "8k", False), nums.stage("18", "8k", False)
-    key, ratio = headline.best_peer(e19)
-    assert ratio == min(e19["ratios"].values())  # the fastest peer of its run: the smallest ratio
+    key, ratio = headline.best_peer(e19, nums)
+    assert ratio == e19["ratios"][key]
+    assert key == _fastest_peer(nums, e19)  # the fastest peer of its run, by median TFLOP/s
     names = {"fa3": "FlashAttention-3", "fa4": "FlashAttention-4", "cudnn": "cuDNN"}
     cards = headline.headline(by[19], by[18], hashes, [nums])
     assert f"{ratio:.3f}× {names[key]}, same run" in cards
     assert ("timed in another run" in cards) == (e18["run_id"] != e19["run_id"])
-    key18, ratio18 = headline.best_peer(e18)
+    key18, ratio18 = headline.best_peer(e18, nums)
     assert set(e18["ratios"]) <= {"fa3", "fa4", "cudnn"}  # ratios only to peers timed in 18's own run
     assert f"{ratio18:.3f}× {names[key18]}, same run" in headline.headline(by[18], by[17], hashes, [nums])
     assert "no causal path" in headline.headline(by[12], by[11], hashes, [nums])
     md = tables.overview_tables(real, hashes, nums)
     short = {"fa3": "FA3", "fa4": "FA4", "cudnn": "cuDNN"}
     assert f"{ratio:.2f}× {short[key]}" in md and f"{ratio18:.2f}× {short[key18]}" in md
+
+
+def _fastest_peer(nums, entry) -> str:
+    """The reference peer with the highest median TFLOP/s in the entry's own run, shape and mask."""
+    peers = [nums.peer(k, entry["shape"], entry["causal"]) for k in entry["ratios"]]
+    same_run = [p for p in peers if p is not None and p["status"] == "ok" and p["run_id"] == entry["run_id"]]
+    return max(same_run, key=lambda p: p["tflops"])["name"]
+
+
+def test_the_fastest_peer_is_the_fastest_by_tflops_not_the_smallest_ratio():
+    """At 16k causal FA3 ran faster than FA4 (median TFLOP/s), while stages 17, 18, 21 and 22 have a
+    smaller per-round-median ratio to FA4: the cells name FA3, with the ratio to FA3."""
+    real = lineage.discover()
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    hashes = {s.id: s.source_hash() for s in real}
+    md = tables.overview_tables(real, hashes, nums)
+    rows = {line.split("]")[0].lstrip("| ["): line for line in md.splitlines() if line.startswith("| [")}
+    swapped = 0
+    for s in real:
+        for shape in ("4k", "8k", "16k"):
+            for causal in (False, True):
+                e = nums.stage(s.id, shape, causal)
+                if e is None or e["status"] != "ok":
+                    continue
+                key, ratio = headline.best_peer(e, nums)
+                assert key == _fastest_peer(nums, e) and ratio == e["ratios"][key], (s.id, shape, causal)
+                swapped += key != min(e["ratios"], key=e["ratios"].get)
+    assert swapped >= 4  # 17, 18, 21, 22 at 16k causal at least, as recorded
+    e17 = nums.stage("17", "16k", True)
+    assert headline.best_peer(e17, nums)[0] == "fa3" and min(e17["ratios"], key=e17["ratios"].get) == "fa4"
+    row = next(v for k, v in rows.items() if k.startswith("17 "))
+    assert f"{e17['ratios']['fa3']:.2f}× FA3" in row and f"{e17['ratios']['fa4']:.2f}× FA4" not in row
 
 
 def test_users_shapes_table():
@@ -110,7 +143,24 @@ def test_chart_marks_regressions_and_labels_peers():
     d = chart.progression_diagram(data, nums.gpu_name)
     for change in drops.values():
         assert f"{change * 100:.0f} %" in d.svg
-    assert "FlashAttention-3 " in d.svg and "cuDNN " in d.svg
+    assert ">FA3<" in d.svg and ">cuDNN<" in d.svg  # the peers' columns
+
+
+def test_chart_sets_each_shape_against_the_peers_at_that_shape():
+    """Like with like: per panel and shape, the dashed line is the fastest peer at that very shape
+    (the causal 16k line against the peers' 16k, not their 8k)."""
+    real = lineage.discover()
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    data = chart.progression_data(real, nums)
+    svg = chart.progression_diagram(data, nums.gpu_name).svg
+    short = {"fa3": "FA3", "fa4": "FA4", "cudnn": "cuDNN"}
+    for causal in (False, True):
+        best = chart.fastest_peers(data, causal)
+        for shape in chart.SHAPES:
+            timed = {k: nums.peer(k, shape, causal)["tflops"] for k in short if nums.peer(k, shape, causal)}
+            key = max(timed, key=timed.get)
+            assert best[shape] == (key, timed[key])
+            assert f">{shape}: {short[key]} {timed[key]:.0f}<" in svg
     assert f"causal: stages 17–{real[-1].number}" in d.svg
 
 

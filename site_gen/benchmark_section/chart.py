@@ -1,6 +1,8 @@
 """The climb: TFLOP/s per stage as inline SVG in the site's fonts and theme colours (the diagrams'
-Canvas), one line per shape, the stage names on the axis, the reference peers as labelled dashed
-lines, the regressions annotated; the causal panel covers only the stages that have a causal path.
+Canvas), one line per shape, the stage names on the axis, the reference peers in columns of their own
+(a point per shape, in the shape's style) with the fastest one's number at each shape drawn across as
+a dashed line of that shape's colour, so every line is set against the peers at its own shape; the
+regressions annotated; the causal panel covers only the stages that have a causal path.
 
 Pure function of the results: the same numbers give the same bytes.
 """
@@ -15,7 +17,7 @@ from ..diagrams.svg import Canvas, text_width
 W = 860
 SHAPES = ("4k", "8k", "16k")  # the climb's shapes (the users' shapes have their own table)
 HEADLINE = "8k"
-PEERS = (("fa3", "FlashAttention-3", "8 4"), ("fa4", "FlashAttention-4", "2 3"), ("cudnn", "cuDNN", "10 3 2 3"))
+PEERS = (("fa3", "FA3", "FlashAttention-3"), ("fa4", "FA4", "FlashAttention-4"), ("cudnn", "cuDNN", "cuDNN"))
 SHAPE_STYLE = {"4k": ("muted", 1.4, "circle"), "8k": ("tensor", 2.4, "circle"), "16k": ("s", 1.4, "square")}
 REGRESSION = 0.01  # a drop of more than 1 % at the headline shape is annotated
 
@@ -39,7 +41,7 @@ def progression_data(stages, nums: GpuResults) -> dict:
                     pts.append((s.number, float(e["tflops"])))
             if pts:
                 series[causal][shape] = pts
-            for key, _label, _dash in PEERS:
+            for key, _short, _label in PEERS:
                 p = nums.peer(key, shape, causal)
                 if p is not None and p["status"] == "ok":
                     refs[causal].setdefault(key, {})[shape] = float(p["tflops"])
@@ -57,12 +59,39 @@ def regressions(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return out
 
 
+def fastest_peers(data: dict, causal: bool) -> dict[str, tuple[str, float]]:
+    """{shape: (peer key, TFLOP/s)}: the fastest reference peer at each shape, by median TFLOP/s."""
+    out = {}
+    for shape in SHAPES:
+        timed = [(v[shape], key) for key, v in data["refs"][causal].items() if shape in v]
+        if timed:
+            v, key = max(timed)
+            out[shape] = (key, v)
+    return out
+
+
+def _marker(c, x, y, shape):
+    colour, _sw, marker = SHAPE_STYLE[shape]
+    if marker == "circle":
+        c.circle(x, y, 3.2, fill=colour, stroke="bg", sw=0.8)
+    else:
+        c.rect(x - 3, y - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+
+
 def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None, legend_right=False):
+    """One panel: a line per shape over the stages, then a column per reference peer with its point
+    at each shape in that shape's style, and per shape a dashed line at the fastest peer's number, in
+    the shape's colour: a stage's 16k point is set against the peers' 16k, never against their 8k."""
     labels = dict(data["stages"])
-    step = (x1 - x0) / len(numbers)
+    peers = [(key, short) for key, short, _label in PEERS if data["refs"][causal].get(key)]
+    gap = 0.6 if peers else 0.0  # between the last stage and the first peer, in columns
+    step = (x1 - x0) / (len(numbers) + gap + len(peers))
 
     def x(n):
         return x0 + (numbers.index(n) + 0.5) * step
+
+    def xp(i):
+        return x0 + (len(numbers) + gap + i + 0.5) * step
 
     def y(v):
         return y1 - (y1 - y0) * (v - ymin) / (ymax - ymin)
@@ -73,20 +102,32 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend
     c.line(x0, y1, x1, y1, stroke="stroke")
     for n in numbers:
         c.text(x(n) + 4, y1 + 18, labels[n], size=12, anchor="end", rotate=-40, fill="fg")
-    # Peers: dashed, labelled at the right end (8k).
+    if peers:
+        sep = x0 + (len(numbers) + gap / 2) * step
+        c.line(sep, y0, sep, y1, stroke="stroke", sw=1, dash="2 3")
+        for i, (key, short) in enumerate(peers):
+            c.text(xp(i) + 4, y1 + 18, short, size=12, anchor="end", rotate=-40, fill="muted", weight="700")
+    # Per shape, the fastest peer's number: dashed in the shape's colour, from the axis to its column.
+    best = fastest_peers(data, causal)
     placed = []
-    for key, label, dash in PEERS:
-        v = data["refs"][causal].get(key, {}).get(HEADLINE)
-        if v is None:
-            continue
-        c.line(x0, y(v), x1, y(v), stroke="fg", sw=1.3, dash=dash)
+    drawn = [sh for sh in SHAPES if sh in best and data["series"][causal].get(sh)]
+    for shape in sorted(drawn, key=lambda sh: -best[sh][1]):  # labels top down, pushed apart downwards
+        key, v = best[shape]
+        colour, _sw, _marker_kind = SHAPE_STYLE[shape]
+        end = xp([k for k, _ in peers].index(key)) if key in [k for k, _ in peers] else x1
+        c.line(x0, y(v), end, y(v), stroke=colour, sw=1.2, dash="6 4")
         ly = y(v) + 4
         while any(abs(ly - p) < 15 for p in placed):
             ly += 15
         placed.append(ly)
-        c.text(x1 + 6, ly, f"{label} {v:.0f}", size=12, fill="fg")
-        c.line(x1 + 6, ly + 5, x1 + 6 + text_width(f"{label} {v:.0f}", 12), ly + 5, stroke="fg", sw=1, dash=dash)
-    # Shapes: one line each, labelled where it ends.
+        short = dict((k, sh) for k, sh, _ in PEERS)[key]
+        c.text(x1 + 6, ly, f"{shape}: {short} {v:.0f}", size=12, fill=colour, weight="700")
+    for i, (key, _short) in enumerate(peers):
+        for shape in SHAPES:
+            v = data["refs"][causal][key].get(shape)
+            if v is not None and data["series"][causal].get(shape):
+                _marker(c, xp(i), y(v), shape)
+    # Shapes: one line each over the stages.
     ends = []
     for shape in SHAPES:
         pts = [(n, v) for n, v in data["series"][causal].get(shape, []) if n in numbers]
@@ -95,30 +136,29 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend
         colour, sw, marker = SHAPE_STYLE[shape]
         c.path([(x(n), y(v)) for n, v in pts], stroke=colour, sw=sw)
         for n, v in pts:
-            if marker == "circle":
-                c.circle(x(n), y(v), 3.2, fill=colour, stroke="bg", sw=0.8)
-            else:
-                c.rect(x(n) - 3, y(v) - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+            _marker(c, x(n), y(v), shape)
         ends.append((shape, pts[-1]))
     # The shapes' legend, where no line runs (given as a value, or the panel's top).
     width = sum(30 + text_width(sh, 12, bold=True) + 18 for sh, _ in ends)
-    lx = x1 - width if legend_right else x0 + 12
+    lx = (x0 + (len(numbers) + gap / 2) * step if peers else x1) - width if legend_right else x0 + 12
     ly = y(legend_at) if legend_at is not None else y0 + 12
     for shape, _ in ends:
         colour, sw, marker = SHAPE_STYLE[shape]
         c.line(lx, ly, lx + 24, ly, stroke=colour, sw=sw)
-        if marker == "circle":
-            c.circle(lx + 12, ly, 3.2, fill=colour, stroke="bg", sw=0.8)
-        else:
-            c.rect(lx + 9, ly - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
+        _marker(c, lx + 12, ly, shape)
         c.text(lx + 30, ly + 4, shape, size=12, weight="700", fill=colour)
         lx += 30 + text_width(shape, 12, bold=True) + 18
     # Regressions at the headline shape.
     pts = [(n, v) for n, v in data["series"][causal].get(HEADLINE, []) if n in numbers]
     values = dict(pts)
+    last = None  # (x, y) of the label before: a neighbour's label goes lower instead of on top of it
     for n, change in regressions(pts):
-        c.text(x(n), y(values[n]) + 22, f"{change * 100:.0f} %", size=12, anchor="middle", fill="bar", weight="700",
-               cls="hd-text hd-halo")
+        label = f"{change * 100:.0f} %"
+        ly = y(values[n]) + 22
+        if last is not None and x(n) - last[0] < text_width(label, 12, bold=True) + 4 and abs(ly - last[1]) < 14:
+            ly = last[1] + 14
+        c.text(x(n), ly, label, size=12, anchor="middle", fill="bar", weight="700", cls="hd-text hd-halo")
+        last = (x(n), ly)
     return x, y
 
 
@@ -136,7 +176,8 @@ def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
     h1 = 300
     height = 40 + h1 + below + (40 + 220 + below if causal else 0) + 50
     desc = (f"TFLOP/s of every stage on the {gpu_name} at 4k, 8k and 16k (non-causal), and of the stages with a "
-            "causal path (causal), with the reference peers' 8k numbers as dashed lines; drops from one stage to the "
+            "causal path (causal). Right of the stages, FlashAttention-3, FlashAttention-4 and cuDNN at each shape; a "
+            "dashed line per shape, in its colour, at the fastest of them at that shape. Drops from one stage to the "
             "next at 8k are marked in per cent.")
     c = Canvas("climb", W, int(height), "The climb: TFLOP/s per stage", desc)
     c.heading("The climb: TFLOP/s per stage", f" ({gpu_name}, bf16, head dim 128)")
@@ -148,18 +189,21 @@ def progression_diagram(data: dict, gpu_name: str) -> Diagram | None:
                legend_at=ymax * 0.12, legend_right=True)
     y = y0 + h1 + below + 40
     if causal:
-        width = min(x1 - x0, 90 * len(causal) + 60)
-        lowest = min(v for pts in data["series"][True].values() for n, v in pts if n in causal)
+        width = min(x1 - x0, 90 * (len(causal) + 3.6) + 60)
+        lowest = min([v for pts in data["series"][True].values() for n, v in pts if n in causal]
+                     + [v for p in data["refs"][True].values() for v in p.values()])
         _panel(c, data, True, x0, x0 + width, y, y + 220, ymax, causal,
                f"causal: stages {causal[0]:02d}–{causal[-1]:02d}, the ones with a causal path (axis from "
                f"{int(lowest / 100) * 100 - 100})", ymin=max(0, int(lowest / 100) * 100 - 100))
         y += 220 + below
-    c.text(12, y + 14, "Dashed lines: the reference peers at 8k, each labelled and dashed its own way.", size=12,
-           fill="muted")
-    c.text(12, y + 32, "Red per cent: slower than the stage before at 8k.", size=12, fill="muted")
-    c.height = int(y + 44)
+    c.text(12, y + 14, "Right of the stages: the reference peers (FA3 = FlashAttention-3, FA4 = FlashAttention-4, "
+                       "cuDNN) at each shape, same run.", size=12, fill="muted")
+    c.text(12, y + 32, "Dashed: the fastest of them at each shape, in that shape's colour, so each line meets the "
+                       "peers at its own shape.", size=12, fill="muted")
+    c.text(12, y + 50, "Red per cent: slower than the stage before at 8k.", size=12, fill="muted")
+    c.height = int(y + 62)
     runs = sorted({r for cz in (False, True) for r in data["runs"][cz].values()})
-    cap = ("Each stage's own entry, from the run that last timed it; the peers' lines are their numbers in run"
+    cap = ("Each stage's own entry, from the run that last timed it; the peers' points and dashed lines are their numbers in run"
            f"{'s' if len(runs) > 1 else ''} {', '.join(runs)}. Ratios to a peer are only ever taken within one run: "
            "see the tables below and each stage's page.")
     return Diagram("climb", "The climb: TFLOP/s per stage", "chart", None, c.tostring(), cap, W, c.height)

@@ -1,6 +1,10 @@
 """A stage's headline numbers, for the top of its page: TFLOP/s at 8k, non-causal and causal, the
 gain over the previous stage, and the ratio to the fastest reference peer timed in the same run as
 this stage's entry (its `ratios`, written by the harness; runs are never mixed).
+
+The fastest peer is the one with the highest median TFLOP/s in the entry's run, at its shape and
+mask. It is not always the peer of the smallest ratio: a ratio is the median of the per-round
+ratios, so two peers a few tenths of a per cent apart can swap between the two readings.
 """
 
 from __future__ import annotations
@@ -14,17 +18,27 @@ PEER_NAMES = {"fa3": "FlashAttention-3", "fa4": "FlashAttention-4", "cudnn": "cu
 STALE = '<span class="hd-stale" title="measured on older sources of this stage">stale</span>'
 
 
-def best_peer(entry: dict) -> tuple[str, float] | None:
-    """(peer key, this entry's speed over it) for the fastest reference peer of the entry's run."""
+def best_peer(entry: dict, nums=None) -> tuple[str, float] | None:
+    """(peer key, this entry's speed over it) for the fastest reference peer of the entry's run: the
+    peer with the highest median TFLOP/s among the entry's ``ratios`` that ``nums`` (the GpuResults)
+    holds from the same run, shape and mask. A peer the file no longer holds from that run (a later
+    run replaced it) is ranked by the speed its ratio implies, the entry's TFLOP/s over the ratio."""
     ratios = (entry or {}).get("ratios") or {}
     if not ratios:
         return None
-    key = min(ratios, key=lambda k: (ratios[k], k))  # the smallest ratio: the fastest peer
+
+    def speed(key: str) -> float:
+        peer = nums.peer(key, entry["shape"], entry["causal"]) if nums is not None else None
+        if peer is not None and peer.get("status") == "ok" and peer.get("run_id") == entry.get("run_id"):
+            return float(peer["tflops"])
+        return float(entry.get("tflops") or 0.0) / ratios[key] if ratios[key] else 0.0
+
+    key = max(ratios, key=lambda k: (speed(k), -ratios[k], k))
     return key, ratios[key]
 
 
-def peer_phrase(entry: dict) -> str:
-    best = best_peer(entry)
+def peer_phrase(entry: dict, nums=None) -> str:
+    best = best_peer(entry, nums)
     if best is None:
         return "no reference peer ran in its run"
     key, ratio = best
@@ -56,7 +70,7 @@ def card(stage, prev, hashes, nums, causal: bool) -> str | None:
                      f'{prev.id}{other}</div>')
     elif prev is not None and causal:
         lines.append('<div class="hd-card-line">the first causal stage</div>')
-    lines.append(f'<div class="hd-card-line">{escape(peer_phrase(e))}</div>')
+    lines.append(f'<div class="hd-card-line">{escape(peer_phrase(e, nums))}</div>')
     return '<div class="hd-card">' + "".join(lines) + "</div>"
 
 

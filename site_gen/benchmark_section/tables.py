@@ -26,13 +26,13 @@ def _ok(entry: dict | None) -> bool:
     return entry is not None and entry.get("status") == "ok"
 
 
-def _cell(entry: dict | None, stale: bool) -> str:
+def _cell(entry: dict | None, stale: bool, nums: GpuResults | None = None) -> str:
     """Overview cell: TFLOP/s in bold, below it the ratio to the fastest peer timed in the same run."""
     if entry is None:
         return ""
     if not _ok(entry):
         return f'<span class="hd-status" title="{_attr(entry.get("reason") or "")}">{entry["status"]}</span>'
-    best = best_peer(entry)
+    best = best_peer(entry, nums)
     ref = f"{best[1]:.2f}× {dict(REFERENCES)[best[0]]}" if best else "no peer"
     mark = f" {STALE}" if stale else ""
     return f'**{entry["tflops"]:.0f}**{mark}<br><small>{ref}</small>'
@@ -66,7 +66,7 @@ def overview_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
             if e is not None and e.get("status") == "skipped" and cz and not s.causal:
                 cells.append("–")
                 continue
-            cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])) or "–")
+            cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id]), nums) or "–")
         out.append(f"| {link} | " + " | ".join(cells) + " |")
     for key in [k for k in results.PEERS]:
         peers = [nums.peer(key, sh, cz) for sh, cz in cols]
@@ -116,7 +116,7 @@ def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
                     skipped.setdefault(e.get("reason") or "skipped", set()).add(s.id)
                     cells.append("–")
                     continue
-                cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id])) or "–")
+                cells.append(_cell(e, e is not None and results.is_stale(e, hashes[s.id]), nums) or "–")
             for k, _ in peers:
                 p = nums.peer(k, sh, causal)
                 cells.append(f"*{p['tflops']:.0f}*" if _ok(p) else (p["status"] if p else "–"))
