@@ -144,6 +144,7 @@ def test_chart_marks_regressions_and_labels_peers():
     for change in drops.values():
         assert f"{change * 100:.0f} %" in d.svg
     assert ">FA3<" in d.svg and ">cuDNN<" in d.svg  # the peers' columns
+    assert f"causal: stages 17–{real[-1].number}" in d.svg
 
 
 def test_chart_sets_each_shape_against_the_peers_at_that_shape():
@@ -161,7 +162,6 @@ def test_chart_sets_each_shape_against_the_peers_at_that_shape():
             key = max(timed, key=timed.get)
             assert best[shape] == (key, timed[key])
             assert f">{shape}: {short[key]} {timed[key]:.0f}<" in svg
-    assert f"causal: stages 17–{real[-1].number}" in d.svg
 
 
 def test_no_numbers_no_chart():
