@@ -73,6 +73,10 @@ def _fmt(x, digits: int = 1) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
 
+def _pct(x: float) -> str:
+    return f"{x:.1f}" if x >= 0.1 else f"{x:.2f}"
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -170,6 +174,46 @@ def chart(record: dict, key: str = "speedup_step", did: str = "models-step",
     return "\n".join(out) + "\n"
 
 
+def supported(model: dict) -> dict | None:
+    """What one model's record supports about hopattn against SDPA: the step speedup (the medians'),
+    the samples and spreads behind it, whether the two backends' step ranges (fastest to slowest
+    sample) are apart, and the attention-alone replay. None when either did not run."""
+    hop, ref = model["cases"].get("hopattn"), model["cases"].get(REFERENCE)
+    if not hop or not ref or hop["status"] != "ok" or ref["status"] != "ok" or not hop.get("step_ms") \
+            or not ref.get("step_ms") or hop.get("speedup_step") is None:
+        return None
+    a, b = hop["step_ms"], ref["step_ms"]
+    apart = a["max"] < b["min"] or b["max"] < a["min"]
+    return {"speedup": hop["speedup_step"], "samples": (a["samples"], b["samples"]),
+            "spread": (a["spread_pct"], b["spread_pct"]), "range": ((a["min"], a["max"]), (b["min"], b["max"])),
+            "apart": apart, "attention": hop.get("speedup_attention")}
+
+
+def _supported(record: dict) -> str:
+    """Per model, in words: a speedup the steps' spread does not swamp, or that it does."""
+    lines = []
+    for _, m in _models(record):
+        s = supported(m)
+        if s is None:
+            continue
+        (na, nb), (sa, sb) = s["samples"], s["spread"]
+        (a0, a1), (b0, b1) = s["range"]
+        steps = (f"{na} steps of each backend" if na == nb else f"{na} steps of hopattn, {nb} of SDPA")
+        ranges = f"{_fmt(a0)}–{_fmt(a1)} ms against {_fmt(b0)}–{_fmt(b1)} ms"
+        if s["apart"]:
+            verdict = (f"**{s['speedup']:.3f}×** SDPA a step ({'faster' if s['speedup'] > 1 else 'slower'}): "
+                       f"{steps}, spread {_pct(sa)} % and {_pct(sb)} %; the two ranges do not overlap ({ranges})")
+        else:
+            verdict = (f"**no measured difference**: {s['speedup']:.3f}× SDPA by the medians, but {steps} spread "
+                       f"{_pct(sa)} % (hopattn) and {_pct(sb)} % (SDPA) and their ranges overlap ({ranges})")
+        attn = "" if s["attention"] is None else f". The attention calls alone, replayed: {s['attention']:.3f}× SDPA"
+        lines.append(f"- **{_cell(m['label'])}**: {verdict}{attn}.\n")
+    if not lines:
+        return ""
+    return ("What the record supports, model by model (hopattn against SDPA's default backend; a step's range is "
+            "its fastest to its slowest sample):\n\n" + "".join(lines) + "\n")
+
+
 def _routing(record: dict) -> str:
     out = "## Routing reports\n\nWhat each model's step asked of hopattn, call by call shape:\n\n"
     for _, m in _models(record):
@@ -227,7 +271,7 @@ def render(records: dict) -> str:
         for _, m in _models(record):
             tokens = ", ".join(f"{n:,} {k}" for k, n in sorted(m["tokens"].items()))
             page += f"- **{_cell(m['label'])}** ({m['library']}): {_cell(m['workload'])}; tokens: {tokens}.\n"
-        page += "\n" + _tables(record) + "\n"
+        page += "\n" + _supported(record) + _tables(record) + "\n"
         page += chart(record) + "\n" + chart(record, "speedup_attention", "models-attention",
                                              "Attention-alone speedup over SDPA") + "\n"
         page += _routing(record)

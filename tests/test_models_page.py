@@ -140,3 +140,22 @@ def test_models_are_listed_in_natural_order():
     data["models"]["llama-3.1-8b-prefill-8k"] = eight
     page = models_page.render(mr.validate(data))
     assert page.index("| Llama-3.1-8B prefill, 8k tokens |") < page.index("| Llama-3.1-8B prefill, 32k tokens |")
+
+
+def test_the_page_says_what_each_speedup_rests_on():
+    """A step speedup is stated with its samples and spread; where the backends' step ranges overlap
+    the page says there is no measured difference, and it gives the attention-alone replay."""
+    data = fixture()
+    page = models_page.render({"nvidia-h200": data})
+    wan = next(ln for ln in page.splitlines() if ln.startswith("- **Wan2.1-T2V-14B") and "SDPA" in ln)
+    assert "**1.103×** SDPA a step (faster): 3 steps of each backend, spread 2.0 % and 2.0 %" in wan
+    assert "do not overlap" in wan and "attention calls alone, replayed: 1.197× SDPA" in wan
+    close = copy.deepcopy(data)
+    hop = close["models"]["llama-3.1-8b-prefill-32k"]["cases"]["hopattn"]
+    hop["step_ms"].update(min=1650.0, median=1680.0, max=1760.0, spread_pct=6.5)
+    hop["speedup_step"], hop["speedup_attention"] = 1.012, 0.889
+    page = models_page.render({"nvidia-h200": mr.validate(close)})
+    llama = next(ln for ln in page.splitlines() if ln.startswith("- **Llama-3.1-8B") and "SDPA" in ln)
+    assert "**no measured difference**: 1.012× SDPA by the medians" in llama and "6.5 % (hopattn)" in llama
+    assert "0.889× SDPA" in llama
+    assert models_page.supported(close["models"]["llama-3.1-8b-prefill-32k"])["apart"] is False
