@@ -26,12 +26,6 @@ BY_NUMBER = {s.number: s for s in STAGES}
 IDS = [s.name for s in STAGES]
 
 
-def with_hints(stage, **hints):
-    """The stage with extra [diagram] hints: shapes the lineage does not have (yet), made from a real stage."""
-    raw = dict(stage.raw, diagram=dict(stage.raw.get("diagram", {}), **hints))
-    return dataclasses.replace(stage, raw=raw)
-
-
 def texts(svg: str) -> list[str]:
     return [t.text or "" for t in ET.fromstring(svg).iter(SVG_NS + "text")]
 
@@ -247,10 +241,10 @@ def test_mechanisms_come_from_the_spec():
     assert facts.o_path(fx[15]) == ["st.shared", "tma-store"] and facts.o_path(fx[14]) == ["st.global"]
     assert facts.persistent(fx[14]) and not facts.persistent(fx[13])
     # without a [movement] hint, a wgmma stage reads its operands through descriptors
-    bare = dataclasses.replace(fx[8], raw={k: v for k, v in fx[8].raw.items() if k != "movement"})
+    bare = dataclasses.replace(fx[8], movement=lineage.Movement())
     assert facts.fragment_family(bare) == "wgmma-desc"
     # a 2-CTA cluster multicasting K/V (no stage has one; the diagrams draw it all the same)
-    clustered = with_hints(fx[16], cluster=2)
+    clustered = dataclasses.replace(fx[16], cluster=2)
     assert facts.cluster(clustered) == 2 and facts.cluster(fx[16]) == 1
     labels = [a.lines[0] for a in plan(clustered)["K"].arrows if a.lines]
     assert any(lbl.startswith("TMA ×2 multicast") for lbl in labels)
@@ -295,8 +289,7 @@ def test_longest_first_beats_launch_order():
 
 def test_an_op_may_declare_its_rows():
     s = BY_NUMBER[10]
-    raw = dict(s.raw)
-    raw["schedule"] = [dict(e, rows=32) if e["op"] == "qk0" else e for e in s.raw["schedule"]]
-    s2 = dataclasses.replace(s, raw=raw)
+    s2 = dataclasses.replace(s, schedule=tuple(dataclasses.replace(o, rows=32) if o.op == "qk0" else o
+                                               for o in s.schedule))
     ops = {o.name: o for o in schedule.model_ops(s2)}
     assert schedule.duration(s2, ops["qk0"]) == pytest.approx(schedule.duration(s2, ops["qk1"]) / 2)

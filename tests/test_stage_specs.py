@@ -48,6 +48,27 @@ def test_notes_and_change_are_written(stage):
     assert notes.startswith("# "), f"{stage.notes_path} must start with a title"
 
 
+def test_every_key_is_declared_once():
+    """One typed spec: each table's keys declared with their type, no key in two tables (a fact the
+    spec states twice can disagree with itself), and no table has a 'persistent' key: launch.grid
+    says it."""
+    keys = lineage.spec_keys()
+    assert set(keys) == {"", "[tile]", "[launch]", "[supports]", "[pipeline]", "[movement]", "[diagram]",
+                         "[[roles]]", "[[smem]]", "[[schedule]]"}
+    leaves = [name for table, rows in keys.items() for name, expected, _ in rows
+              if table not in ("[[roles]]", "[[smem]]", "[[schedule]]") and expected != "a table"
+              and expected != "an array of tables"]
+    assert len(leaves) == len(set(leaves)), sorted(n for n in leaves if leaves.count(n) > 1)
+    assert "persistent" not in leaves and all(expected for rows in keys.values() for _, expected, _ in rows)
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=ids(STAGES))
+def test_persistent_is_the_grid(stage):
+    """launch.grid = "num_sms" is the one statement of it (a [diagram] persistent key is an error)."""
+    assert stage.persistent == (stage.grid == "num_sms") == (stage.number >= 14)
+    assert "gridDim.x" in stage.kernel_path.read_text() or not stage.persistent  # it walks the tiles
+
+
 def test_sm80_stages_use_no_hopper_instructions():
     for s in STAGES:
         if s.arch == "sm_80":

@@ -4,6 +4,11 @@ A stage is a folder ``NN_slug`` holding ``kernel.cu`` (a complete checkpoint), `
 (the machine-readable spec its diagrams draw) and ``notes.md`` (its prose). This module is the one
 place that reads those folders; the build, the API, the benchmark harness and the site generator all
 take their ``Stage`` objects from here. It imports nothing heavier than the standard library.
+
+stage.toml is read through one typed spec (``StageSpec`` and its tables, below): every key of
+every table is declared with its type and default, and a key no table declares, or a value of
+another type, is a SpecError naming the file and the field. Each fact is stated once (a persistent
+stage is one whose launch.grid is "num_sms").
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ import hashlib
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Callable
 
 from . import cpp, source_identity
 
@@ -35,21 +41,146 @@ class SpecError(ValueError):
     """A stage folder or its stage.toml is invalid; the message names the file and the field."""
 
 
+# --- the spec: every key of every table of stage.toml, declared with its type -----------------
+#
+# Each table is a dataclass; each key a field whose metadata holds its Kind (what the TOML value
+# must be, and the typed value made from it) and its default (REQUIRED: the key must be there).
+# load_spec reads a stage.toml through these declarations only: a key no table declares, a value
+# of the wrong type or a missing required key is a SpecError naming the file and the field, never
+# a silent default.
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a key holds: ``expected`` (said in errors), ``ok`` (accepts the value TOML gives),
+    ``make`` (the typed value from it); ``table``: a table (or, with ``array``, an array of tables)
+    declared by that dataclass."""
+
+    expected: str
+    ok: Callable[[Any], bool] = lambda v: True
+    make: Callable[[Any], Any] = lambda v: v
+    table: type | None = None
+    array: bool = False
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _choice(options) -> Kind:
+    return Kind(f"one of {', '.join(options)}", lambda v: isinstance(v, str) and v in options)
+
+
+def _list_of(expected: str, item) -> Kind:
+    return Kind(expected, lambda v: isinstance(v, list) and len(v) > 0 and all(item(x) for x in v), tuple)
+
+
+TEXT = Kind("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
+POSITIVE = Kind("a positive integer", lambda v: _is_int(v) and v > 0)
+BOOL = Kind("true or false", lambda v: isinstance(v, bool))
+STRINGS = Kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(s, str) and s for s in v), tuple)
+ENGINES = Kind("a non-empty string or a list of them",  # one mechanism, or the steps of a path
+               lambda v: TEXT.ok(v) or (isinstance(v, list) and len(v) > 0 and all(TEXT.ok(x) for x in v)),
+               lambda v: (v,) if isinstance(v, str) else tuple(v))
+
+
+def _table(cls) -> Kind:
+    return Kind("a table", table=cls)
+
+
+def _tables(cls) -> Kind:
+    return Kind("an array of tables", table=cls, array=True)
+
+
+def key(kind: Kind, default=REQUIRED, doc: str = ""):
+    """A declared key. The default lives in the declaration (the dataclass itself keeps positional
+    construction, e.g. Role("producer", (0,), 24, ()))."""
+    return field(metadata={"kind": kind, "default": default, "doc": doc})
+
+
+def optional(kind: Kind, default, doc: str = ""):
+    """A key that may be left out, with the same default for the loader and the constructor."""
+    return field(default=default, metadata={"kind": kind, "default": default, "doc": doc})
+
+
+GRIDS = ("tiles", "num_sms")
+P_OPERANDS = ("smem", "registers")
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int = key(POSITIVE, doc="query rows per CTA")
+    block_n: int = key(POSITIVE, doc="key/value rows per iteration")
+    head_dim: int = key(POSITIVE)
+
+
+@dataclass(frozen=True)
+class Launch:
+    threads: int = key(POSITIVE, doc="a multiple of 32")
+    grid: str = optional(_choice(GRIDS), "tiles",
+                         doc="tiles: a CTA per output tile (q-blocks, heads, batch); num_sms: a CTA per SM "
+                             "looping over the output tiles (persistent)")
+    cluster: int = optional(POSITIVE, 1, doc="CTAs of a cluster multicasting K/V")
+
+
+@dataclass(frozen=True)
+class Supports:
+    causal: bool = key(BOOL)
+    layouts: tuple[str, ...] = key(_list_of(f"a list drawn from {LAYOUTS}", lambda x: x in LAYOUTS))
+    tails: bool = key(BOOL, doc="any len_q and len_k, not only multiples of the tiles")
+    gqa: bool = key(BOOL, False, doc="k and v may have fewer heads than q (a divisor of q's), read without a copy")
+    lse: bool = key(BOOL, False, doc="can return the log-sum-exp of each query row")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    kv_stages: int = key(POSITIVE, doc="K/V buffers in flight")
+
+
+@dataclass(frozen=True)
+class Movement:
+    """How the operands travel (the memory diagram draws these mechanisms; engines.family folds the
+    names). A key left out is found from the schedule's engines and the buffers."""
+
+    q_load: str | None = optional(TEXT, None, doc="how Q leaves global memory (cp.async, tma, ...)")
+    kv_load: str | None = optional(TEXT, None, doc="how K and V leave global memory")
+    kv_fragments: str | None = optional(TEXT, None, doc="how operands reach the tensor cores (ld.shared, ldmatrix, ...)")
+    o_store: tuple[str, ...] | None = optional(ENGINES, None,
+                                               doc='"st.global", or the path ["stmatrix", "tma.store"]')
+
+
+@dataclass(frozen=True)
+class Diagram:
+    """What the pictures need that the rest of the spec cannot say."""
+
+    p_operand: str | None = optional(_choice(P_OPERANDS), None,
+                                     doc="smem (wgmma SS) or registers; left out: smem if a P buffer exists")
+    q_in_registers: bool = optional(BOOL, True, doc="false: Q fragments are loaded again every k-step")
+    p_store: str = optional(TEXT, "st.shared", doc="how P reaches shared memory, when it goes there")
+    pv_n: int | None = optional(POSITIVE, None, doc="N of the PV wgmma; left out: head_dim")
+
+
+_REGISTERS = Kind("0 or a setmaxnreg budget (24..256, multiple of 8)",
+                  lambda v: _is_int(v) and (v == 0 or (24 <= v <= 256 and v % 8 == 0)))
+
+
 @dataclass(frozen=True)
 class Role:
-    name: str
-    warps: tuple[int, ...]
-    registers: int  # setmaxnreg budget per thread; 0 = left to the compiler
-    tasks: tuple[str, ...]
+    name: str = key(TEXT)
+    warps: tuple[int, ...] = key(_list_of("a list of warp indices", lambda w: _is_int(w) and w >= 0))
+    registers: int = key(_REGISTERS, 0, doc="setmaxnreg budget per thread; 0 = left to the compiler")
+    tasks: tuple[str, ...] = key(STRINGS)
 
 
 @dataclass(frozen=True)
 class SmemBuffer:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    buffers: int
-    layout: str
+    name: str = key(TEXT)
+    shape: tuple[int, ...] = key(_list_of("a list of positive integers", lambda s: _is_int(s) and s > 0))
+    dtype: str = key(_choice(tuple(DTYPE_BYTES)))
+    buffers: int = key(POSITIVE, 1)
+    layout: str = key(_choice(SMEM_LAYOUTS))
 
     @property
     def bytes(self) -> int:
@@ -61,12 +192,125 @@ class SmemBuffer:
 
 @dataclass(frozen=True)
 class ScheduleOp:
-    op: str
-    kind: str
-    unit: str
-    engine: str
-    role: str
-    after: tuple[str, ...]  # "name" (same iteration), "prev.name", "prev2.name" (earlier iterations)
+    op: str = key(TEXT)
+    kind: str = key(_choice(SCHEDULE_KINDS))
+    unit: str = key(_choice(SCHEDULE_UNITS))
+    engine: str = key(TEXT)
+    role: str = key(TEXT, doc="one of the roles' names")
+    after: tuple[str, ...] = key(STRINGS, (), doc='"name" (same iteration), "prev.name", "prev2.name" (earlier iterations)')
+    rows: int | None = optional(POSITIVE, None, doc="query rows the op covers; left out: the CTA's rows split evenly "
+                                                    "among the ops of its kind")
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A stage.toml, typed: what load_spec returns."""
+
+    title: str = key(TEXT)
+    change: str = key(TEXT, doc="one sentence")
+    arch: str = key(_choice(ARCHES))
+    kernel: str = key(TEXT, doc="the __global__ function's name")
+    tile: Tile = key(_table(Tile))
+    launch: Launch = key(_table(Launch))
+    supports: Supports = key(_table(Supports))
+    pipeline: Pipeline = key(_table(Pipeline))
+    movement: Movement = key(_table(Movement), Movement())
+    diagram: Diagram = key(_table(Diagram), Diagram())
+    roles: tuple[Role, ...] = key(_tables(Role))
+    smem: tuple[SmemBuffer, ...] = key(_tables(SmemBuffer), ())
+    schedule: tuple[ScheduleOp, ...] = key(_tables(ScheduleOp), doc="one KV iteration per role, in program order")
+
+
+def _type_error(path: Path, field_name: str, expected: str, value) -> SpecError:
+    got = "'<missing>'" if value is REQUIRED else repr(value)
+    return SpecError(f"{path}: field '{field_name}' must be {expected} (got {got})")
+
+
+def _load(cls, data: dict, path: Path, where: str, place: str):
+    """An instance of the table dataclass ``cls`` from ``data``. ``where``: the field prefix in type
+    errors ('tile.', 'schedule[2].'); ``place``: the table in unknown-key errors ('[tile]',
+    '[[schedule]][2]', '' at the top)."""
+    declared = {f.name: f for f in fields(cls)}
+    for name in data:
+        if name not in declared:
+            at = f"{place}.{name}" if place else name
+            raise SpecError(f"{path}: {at}: unknown key (known: {', '.join(declared)})")
+    values = {}
+    for name, f in declared.items():
+        kind, default = f.metadata["kind"], f.metadata["default"]
+        value = data.get(name, REQUIRED)
+        if value is REQUIRED:
+            if default is REQUIRED:
+                raise _type_error(path, where + name, kind.expected, value)
+            values[name] = default
+        elif kind.table is not None and kind.array:
+            if not (isinstance(value, list) and value and all(isinstance(t, dict) for t in value)):
+                raise _type_error(path, where + name, kind.expected, value)
+            values[name] = tuple(_load(kind.table, t, path, f"{where}{name}[{i}].", f"[[{where}{name}]][{i}]")
+                                 for i, t in enumerate(value))
+        elif kind.table is not None:
+            if not isinstance(value, dict):
+                raise _type_error(path, where + name, kind.expected, value)
+            values[name] = _load(kind.table, value, path, f"{where}{name}.", f"[{where}{name}]")
+        else:
+            if not kind.ok(value):
+                raise _type_error(path, where + name, kind.expected, value)
+            values[name] = kind.make(value)
+    return cls(**values)
+
+
+def load_spec(path: Path) -> StageSpec:
+    """The typed stage.toml at ``path``: every key declared above, each of its type (SpecError
+    naming the file and the field otherwise), and the checks across keys."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not valid TOML: {err}") from None
+    spec = _load(StageSpec, data, path, "", "")
+    threads = spec.launch.threads
+    if threads % 32:
+        raise SpecError(f"{path}: field 'launch.threads' must be a multiple of 32 (got {threads!r})")
+    warp_count = threads // 32
+    for i, r in enumerate(spec.roles):
+        if any(w >= warp_count for w in r.warps):
+            raise SpecError(f"{path}: field 'roles[{i}].warps' must be a list of warp indices below "
+                            f"{warp_count} (launch.threads / 32) (got {list(r.warps)!r})")
+    owned = sorted(w for role in spec.roles for w in role.warps)
+    if owned != list(range(warp_count)):
+        raise SpecError(f"{path}: field 'roles[].warps' must assign each of the {warp_count} warps "
+                        f"(launch.threads / 32) to exactly one role (got {owned})")
+    role_names = tuple(sorted({r.name for r in spec.roles}))
+    for i, s in enumerate(spec.schedule):
+        if s.role not in role_names:
+            raise SpecError(f"{path}: field 'schedule[{i}].role' must be one of {', '.join(role_names)} "
+                            f"(got {s.role!r})")
+    ops = {s.op for s in spec.schedule}
+    if len(ops) != len(spec.schedule):
+        raise SpecError(f"{path}: field 'schedule[].op' must be unique within the stage")
+    for i, s in enumerate(spec.schedule):
+        for dep in s.after:
+            target = dep.split(".", 1)[1] if dep.startswith(("prev.", "prev2.")) else dep
+            if target not in ops:
+                raise SpecError(f"{path}: field 'schedule[{i}].after' names '{dep}', which is no op of this stage")
+    return spec
+
+
+def spec_keys() -> dict[str, list[tuple[str, str, str]]]:
+    """Every table of stage.toml and its keys: {table: [(key, what it holds, doc)]} (for readers
+    and tests; the declarations above are the source)."""
+    out: dict[str, list[tuple[str, str, str]]] = {}
+
+    def walk(cls, name):
+        rows = out.setdefault(name, [])
+        for f in fields(cls):
+            kind = f.metadata["kind"]
+            rows.append((f.name, kind.expected, f.metadata["doc"]))
+            if kind.table is not None:
+                walk(kind.table, f"[[{f.name}]]" if kind.array else f"[{f.name}]")
+
+    walk(StageSpec, "")
+    return out
 
 
 @dataclass(frozen=True)
@@ -89,14 +333,18 @@ class Stage:
     roles: tuple[Role, ...]
     smem: tuple[SmemBuffer, ...]
     schedule: tuple[ScheduleOp, ...]
-    raw: dict = field(repr=False, compare=False, hash=False)
     gqa: bool = False  # k and v may have fewer heads than q (a divisor of q's), read without a copy
     lse: bool = False  # can return the log-sum-exp of each query row
+    grid: str = "tiles"  # launch.grid: "tiles" or "num_sms"
+    cluster: int = 1  # launch.cluster
+    movement: Movement = Movement()
+    diagram: Diagram = Diagram()
 
     @property
     def persistent(self) -> bool:
-        """A grid of one CTA per SM that loops over output tiles (no grid.y / grid.z limits)."""
-        return self.raw.get("launch", {}).get("grid") == "num_sms"
+        """A grid of one CTA per SM that loops over output tiles (no grid.y / grid.z limits):
+        launch.grid = "num_sms", the one place the spec says so."""
+        return self.grid == "num_sms"
 
     @property
     def strided(self) -> bool:
@@ -234,53 +482,6 @@ def source_bytes_hash(kernel: Path) -> str:
     return h.hexdigest()[:16]
 
 
-# --- stage.toml validation -------------------------------------------------------------------
-
-
-class _Fields:
-    """Typed access to one table of a stage.toml that names the file and the field on error."""
-
-    def __init__(self, data: dict, path: Path, where: str):
-        self.data, self.path, self.where = data, path, where
-
-    def fail(self, key: str, expected: str) -> SpecError:
-        got = self.data.get(key, "<missing>")
-        return SpecError(f"{self.path}: field '{self.where}{key}' must be {expected} (got {got!r})")
-
-    def get(self, key, kind, expected, default=..., check=None):
-        if key not in self.data:
-            if default is ...:
-                raise self.fail(key, expected)
-            return default
-        value = self.data[key]
-        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-            raise self.fail(key, expected)
-        if check is not None and not check(value):
-            raise self.fail(key, expected)
-        return value
-
-    def text(self, key, **kw):
-        return self.get(key, str, "a non-empty string", check=lambda v: bool(v.strip()), **kw)
-
-    def positive(self, key, **kw):
-        return self.get(key, int, "a positive integer", check=lambda v: v > 0, **kw)
-
-    def choice(self, key, options, **kw):
-        return self.get(key, str, f"one of {', '.join(options)}", check=lambda v: v in options, **kw)
-
-    def strings(self, key, **kw):
-        return tuple(self.get(key, list, "a list of strings",
-                              check=lambda v: all(isinstance(s, str) and s for s in v), **kw))
-
-    def table(self, key) -> "_Fields":
-        return _Fields(self.get(key, dict, "a table"), self.path, f"{self.where}{key}.")
-
-    def tables(self, key, **kw) -> list["_Fields"]:
-        items = self.get(key, list, "an array of tables",
-                         check=lambda v: len(v) > 0 and all(isinstance(t, dict) for t in v), **kw)
-        return [_Fields(t, self.path, f"{self.where}{key}[{i}].") for i, t in enumerate(items)]
-
-
 def load_stage(folder: Path) -> Stage:
     folder = Path(folder)
     m = _FOLDER_RE.match(folder.name)
@@ -289,66 +490,16 @@ def load_stage(folder: Path) -> Stage:
     for name in ("kernel.cu", "stage.toml", "notes.md"):
         if not (folder / name).is_file():
             raise SpecError(f"{folder}: missing {name}")
-    path = folder / "stage.toml"
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"{path}: not valid TOML: {err}") from None
-    f = _Fields(data, path, "")
-    tile, launch, supports = f.table("tile"), f.table("launch"), f.table("supports")
-    pipeline = f.table("pipeline")
-    threads = launch.positive("threads")
-    if threads % 32:
-        raise launch.fail("threads", "a multiple of 32")
-    warp_count = threads // 32
-
-    roles = []
-    for r in f.tables("roles"):
-        warps = r.get("warps", list, "a list of warp indices",
-                      check=lambda v: v and all(isinstance(w, int) and 0 <= w < warp_count for w in v))
-        roles.append(Role(r.text("name"), tuple(warps),
-                          r.get("registers", int, "0 or a setmaxnreg budget (24..256, multiple of 8)", default=0,
-                                check=lambda v: v == 0 or (24 <= v <= 256 and v % 8 == 0)),
-                          r.strings("tasks")))
-    owned = sorted(w for role in roles for w in role.warps)
-    if owned != list(range(warp_count)):
-        raise SpecError(f"{path}: field 'roles[].warps' must assign each of the {warp_count} warps "
-                        f"(launch.threads / 32) to exactly one role (got {owned})")
-
-    smem = []
-    for b in f.tables("smem", default=[]) if "smem" in data else []:
-        shape = b.get("shape", list, "a list of positive integers",
-                      check=lambda v: v and all(isinstance(s, int) and s > 0 for s in v))
-        smem.append(SmemBuffer(b.text("name"), tuple(shape), b.choice("dtype", tuple(DTYPE_BYTES)),
-                               b.positive("buffers", default=1), b.choice("layout", SMEM_LAYOUTS)))
-
-    role_names = {r.name for r in roles}
-    schedule = []
-    for s in f.tables("schedule"):
-        schedule.append(ScheduleOp(s.text("op"), s.choice("kind", SCHEDULE_KINDS),
-                                   s.choice("unit", SCHEDULE_UNITS), s.text("engine"),
-                                   s.choice("role", tuple(sorted(role_names))), s.strings("after", default=[])))
-    ops = {s.op for s in schedule}
-    if len(ops) != len(schedule):
-        raise SpecError(f"{path}: field 'schedule[].op' must be unique within the stage")
-    for i, s in enumerate(schedule):
-        for dep in s.after:
-            target = dep.split(".", 1)[1] if dep.startswith(("prev.", "prev2.")) else dep
-            if target not in ops:
-                raise SpecError(f"{path}: field 'schedule[{i}].after' names '{dep}', which is no op of this stage")
-
+    spec = load_spec(folder / "stage.toml")
     return Stage(
         number=int(m.group(1)), slug=m.group(2), dir=folder,
-        title=f.text("title"), change=f.text("change"), arch=f.choice("arch", ARCHES), kernel=f.text("kernel"),
-        block_m=tile.positive("block_m"), block_n=tile.positive("block_n"), head_dim=tile.positive("head_dim"),
-        threads=threads, kv_stages=pipeline.positive("kv_stages"),
-        causal=supports.get("causal", bool, "true or false"),
-        layouts=supports.get("layouts", list, f"a list drawn from {LAYOUTS}",
-                             check=lambda v: v and all(x in LAYOUTS for x in v)),
-        tails=supports.get("tails", bool, "true or false"),
-        roles=tuple(roles), smem=tuple(smem), schedule=tuple(schedule), raw=data,
-        gqa=supports.get("gqa", bool, "true or false", default=False),
-        lse=supports.get("lse", bool, "true or false", default=False),
+        title=spec.title, change=spec.change, arch=spec.arch, kernel=spec.kernel,
+        block_m=spec.tile.block_m, block_n=spec.tile.block_n, head_dim=spec.tile.head_dim,
+        threads=spec.launch.threads, kv_stages=spec.pipeline.kv_stages,
+        causal=spec.supports.causal, layouts=spec.supports.layouts, tails=spec.supports.tails,
+        roles=spec.roles, smem=spec.smem, schedule=spec.schedule,
+        gqa=spec.supports.gqa, lse=spec.supports.lse, grid=spec.launch.grid, cluster=spec.launch.cluster,
+        movement=spec.movement, diagram=spec.diagram,
     )
 
 

@@ -1,17 +1,9 @@
 """What the pictures need to know about a stage, derived from its spec (never per-stage cases).
 
-Sources, in order of precedence: the optional ``[diagram]`` and ``[movement]`` tables of
-stage.toml (hints for what the required fields cannot say), then the required fields (schedule
-engines, smem buffers and layouts, roles, arch), then the words of the role tasks (e.g. "ldmatrix").
-
-Optional keys (all free-form engine names are folded by engines.family):
-  [movement] q_load, kv_load      how Q / K and V leave global memory ("cp.async", "tma", ...)
-             kv_fragments         how operands reach the tensor cores ("ld.shared", "ldmatrix")
-             o_store              "st.global", or ["stmatrix", "tma.store"] through shared memory
-  [diagram]  fragments            same as kv_fragments
-             p_operand            "smem" (wgmma SS) or "registers" (default unless a P buffer exists)
-             cluster              CTAs multicasting K/V (also read from [launch] cluster)
-             persistent           true: the timeline shows the next output tile starting
+Sources, in order of precedence: the optional ``[movement]`` and ``[diagram]`` tables of
+stage.toml (typed: hopattn.lineage.Movement and Diagram, for what the required fields cannot
+say), then the required fields (schedule engines, smem buffers and layouts, roles, arch), then the
+words of the role tasks (e.g. "ldmatrix"). Free-form engine names are folded by engines.family.
 """
 
 from __future__ import annotations
@@ -24,19 +16,6 @@ from . import engines
 ELEM = 2  # bf16 bytes
 ACC = 4  # fp32 accumulator bytes
 TENSORS = ("Q", "K", "V", "P", "O")
-
-
-def hints(stage) -> dict:
-    """[movement] (how operands travel: q_load, kv_load, kv_fragments, o_store) and [diagram]
-    (anything else the pictures need), merged; [diagram] wins."""
-    out = {}
-    for table in ("movement", "diagram"):
-        d = stage.raw.get(table, {})
-        if isinstance(d, dict):
-            out.update(d)
-    if "kv_fragments" in out and "fragments" not in out:
-        out["fragments"] = out["kv_fragments"]
-    return out
 
 
 def buffer_tensor(buf) -> str | None:
@@ -95,13 +74,11 @@ def load_family(stage, tensor: str) -> str:
     """How K or V leaves global memory: the engine of its load op (or of a joint load_kv)."""
     kind = {"K": "load_k", "V": "load_v", "Q": "load_q"}[tensor]
     ops = ops_of(stage, kind) or ops_of(stage, "load_kv")
-    h = hints(stage)
-    if tensor in ("K", "V") and h.get("kv_load"):
-        return engines.family(h["kv_load"])
+    if tensor in ("K", "V") and stage.movement.kv_load:
+        return engines.family(stage.movement.kv_load)
     if tensor == "Q" and not ops_of(stage, "load_q"):
-        h = hints(stage).get("q_load")
-        if h:
-            return engines.family(h)
+        if stage.movement.q_load:
+            return engines.family(stage.movement.q_load)
         # Q is loaded once, like K when it has a buffer next to K, else straight into registers.
         if smem_of(stage, "Q"):
             k = ops_of(stage, "load_k") or ops_of(stage, "load_kv")
@@ -112,9 +89,8 @@ def load_family(stage, tensor: str) -> str:
 
 def fragment_family(stage) -> str:
     """How operands in shared memory reach the tensor cores."""
-    h = hints(stage).get("fragments")
-    if h:
-        return engines.family(h)
+    if stage.movement.kv_fragments:
+        return engines.family(stage.movement.kv_fragments)
     if mma_family(stage) == "wgmma":
         return "wgmma-desc"
     if "ldmatrix" in text_of(stage):
@@ -123,25 +99,22 @@ def fragment_family(stage) -> str:
 
 
 def cluster(stage) -> int:
-    h = hints(stage)
-    n = h.get("cluster") or stage.raw.get("launch", {}).get("cluster") or 1
+    n = stage.cluster
     if n == 1 and any(engines.multicast(op.engine) for op in stage.schedule):
         n = 2
     return int(n)
 
 
 def p_in_smem(stage) -> bool:
-    h = hints(stage)
-    if "p_operand" in h:
-        return h["p_operand"] == "smem"
+    if stage.diagram.p_operand is not None:
+        return stage.diagram.p_operand == "smem"
     return bool(smem_of(stage, "P"))
 
 
 def o_path(stage) -> list[str]:
     """Mechanisms O takes from the accumulator registers to global memory."""
-    h = hints(stage).get("o_store")
-    if h:
-        return [engines.family(x) for x in (h if isinstance(h, list) else [h])]
+    if stage.movement.o_store:
+        return [engines.family(x) for x in stage.movement.o_store]
     stores = ops_of(stage, "store_o")
     fam = engines.family(stores[0].engine) if stores else "st.global"
     if smem_of(stage, "O") or fam == "tma-store":
@@ -151,10 +124,8 @@ def o_path(stage) -> list[str]:
 
 
 def persistent(stage) -> bool:
-    h = hints(stage)
-    if "persistent" in h:
-        return bool(h["persistent"])
-    return bool(stage.raw.get("launch", {}).get("persistent", False))
+    """launch.grid = "num_sms": the timeline shows the next output tile starting."""
+    return stage.persistent
 
 
 def qk_roles(stage) -> list[str]:

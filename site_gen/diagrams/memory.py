@@ -91,12 +91,12 @@ def plan(stage) -> dict[str, Row]:
     q = rows["Q"] = Row()
     q.boxes["hbm"] = Box((f"Q {m}×{d}", fmt_bytes(t.q), layout))
     q.boxes["l2"] = Box(("miss", "read once", "per output tile"))
-    if not facts.smem_of(stage, "Q") and not stage.raw.get("diagram", {}).get("q_in_registers", True):
+    if not facts.smem_of(stage, "Q") and not stage.diagram.q_in_registers:
         q.boxes["l2"] = Box(("miss, then hits:", "re-read", "every k-step"))
     q.arrows.append(Arrow("hbm", "l2", ()))
     qbuf = facts.smem_of(stage, "Q")
     qfam = facts.load_family(stage, "Q")
-    reload = not stage.raw.get("diagram", {}).get("q_in_registers", True)
+    reload = not stage.diagram.q_in_registers
     if qbuf:
         mech = _mech(qfam, stage) + (f" {_tma_box(stage)}" if qfam == "tma" else "")
         if qfam == "ld.global":
@@ -161,7 +161,7 @@ def plan(stage) -> dict[str, Row]:
     pr.boxes["regs"] = Box((f"P {pt['S']} × bf16", f"{pt['S'] * 2} B / thread"))
     if facts.p_in_smem(stage):
         pbuf = facts.smem_of(stage, "P")
-        pfam = stage.raw.get("diagram", {}).get("p_store", "st.shared")
+        pfam = stage.diagram.p_store
         pr.arrows.append(Arrow("regs", "smem", (engines.LABEL.get(pfam, pfam), f"{fmt_bytes(t.p)} / iter")))
         pr.boxes["smem"] = _buf(pbuf, "P") if pbuf else Box(("P staging",))
         pr.arrows.append(Arrow("smem", "tensor", ("wgmma SS: A from shared memory",), below=True))
@@ -171,7 +171,7 @@ def plan(stage) -> dict[str, Row]:
 
     # O: accumulated (and rescaled) in registers over the loop, written once per output tile.
     o = rows["O"] = Row()
-    pv_n = stage.raw.get("diagram", {}).get("pv_n", d)
+    pv_n = stage.diagram.pv_n or d
     o.boxes["tensor"] = Box(("O += PV", *(f"wgmma m64n{pv_n}k16" if mma == "wgmma" else "mma m16n8k16").split(" ")))
     o.boxes["regs"] = Box((f"O {pt['O']} fp32", f"{pt['O'] * 4} B / thread"))
     o.arrows.append(Arrow("tensor", "regs", ("accumulate", "rescaled")))

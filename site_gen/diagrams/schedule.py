@@ -66,12 +66,7 @@ class Slot:
 
 
 def model_ops(stage) -> list[Op]:
-    raw = {e.get("op"): e for e in stage.raw.get("schedule", []) if isinstance(e, dict)}
-    ops = []
-    for o in stage.schedule:
-        rows = raw.get(o.op, {}).get("rows")
-        rows = rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
-        ops.append(Op(o.op, o.kind, o.unit, o.engine, o.role, tuple(o.after), rows=rows))
+    ops = [Op(o.op, o.kind, o.unit, o.engine, o.role, tuple(o.after), rows=o.rows) for o in stage.schedule]
     if not any(o.kind == "store_o" for o in ops):
         pv = [o for o in ops if o.kind == "pv"]
         last = pv[-1] if pv else ops[-1]

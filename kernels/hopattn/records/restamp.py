@@ -61,7 +61,7 @@ def restamp(data, stamps: Stamps, facts: bool = False) -> int:
         if new is not None:
             data["recorder_hash"] = new
             changed += 1
-        for key, value in data.items():
+        for value in data.values():
             if isinstance(value, (dict, list)):
                 changed += restamp(value, stamps, facts=False)
     elif isinstance(data, list):
