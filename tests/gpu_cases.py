@@ -44,15 +44,16 @@ def draw(shape, gen, magnitude=4.0) -> torch.Tensor:
     return (torch.randn(shape, generator=gen, device="cuda") * magnitude).to(torch.bfloat16)
 
 
-def reference(q, k, v, *, causal: bool, scale: float) -> torch.Tensor:
-    """softmax(scale q kᵀ) v in float64, BHSD; k and v may have fewer heads (grouped-query); rows
-    that see no key are 0 (bottom-right causal: query i sees j <= i + Lk - Lq). Computed a few
-    (batch, K/V head) pairs and query rows at a time, so neither the float64 copies of K and V nor
-    the scores outgrow REFERENCE_BYTES."""
+def reference(q, k, v, *, causal: bool, scale: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """softmax(scale q kᵀ) v in float64 (or `dtype`: float32 gives the error bound of the numeric
+    fuzz), BHSD; k and v may have fewer heads (grouped-query); rows that see no key are 0
+    (bottom-right causal: query i sees j <= i + Lk - Lq). Computed a few (batch, K/V head) pairs
+    and query rows at a time, so neither the copies of K and V nor the scores outgrow
+    REFERENCE_BYTES."""
     batch, heads, len_q, _ = q.shape
     kv_heads, len_k = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    out = torch.zeros(q.shape, dtype=dtype, device=q.device)
     if len_k == 0:
         return out
     keys = torch.arange(len_k, device=q.device)
@@ -60,12 +61,12 @@ def reference(q, k, v, *, causal: bool, scale: float) -> torch.Tensor:
     for b in range(batch):
         for h0 in range(0, kv_heads, kv_per_chunk):
             h1 = min(kv_heads, h0 + kv_per_chunk)
-            k64, v64 = k[b, h0:h1].double(), v[b, h0:h1].double()  # [kv, Lk, 128]
+            k64, v64 = k[b, h0:h1].to(dtype), v[b, h0:h1].to(dtype)  # [kv, Lk, 128]
             qs = q[b, h0 * group:h1 * group].view(h1 - h0, group, len_q, 128)
             rows = max(1, REFERENCE_BYTES // (8 * (h1 - h0) * group * len_k))
             for r0 in range(0, len_q, rows):
                 r1 = min(len_q, r0 + rows)
-                s = torch.matmul(qs[:, :, r0:r1].double(), k64.transpose(-1, -2)[:, None]) * scale
+                s = torch.matmul(qs[:, :, r0:r1].to(dtype), k64.transpose(-1, -2)[:, None]) * scale
                 if causal:
                     limit = torch.arange(r0, r1, device=q.device)[:, None] + (len_k - len_q)
                     s.masked_fill_(keys[None, :] > limit, float("-inf"))
@@ -317,26 +318,33 @@ def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
 # whose row maxima move far, which random inputs never do. They reach the paths a softmax takes only
 # then: stage 06's rescale past its threshold, and stage 21's rebase (rising) and recomputed tile
 # (jump: 2^160 overflows fp32).
-MAXIMA_PROFILES = {"rising": 30.0, "rising-slow": 5.0, "jump": 160.0, "falling": 40.0}
+# jump-window: one block about 127 log2 units above the rest, so its exponentials against the earlier
+# reference are finite but above 2^126; a rebase by their size needs a factor below fp32's smallest
+# normal number (ex2.approx flushes it to 0: stage 21's first rebase erased such rows).
+MAXIMA_PROFILES = {"rising": 30.0, "rising-slow": 5.0, "jump": 160.0, "jump-window": 127.0, "falling": 40.0}
 
 
-def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int):
+def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int, *, scale: float = 1 / math.sqrt(128),
+                  step: float | None = None, jump_block: int = 5, kv_heads: int | None = None):
     """q along one direction and k along it with a length per key block that sets its scores' exponent
-    (MAXIMA_PROFILES), plus a little noise; v random. bf16, BHSD (research/softmax_ranges.py uses them too)."""
+    (MAXIMA_PROFILES, or `step`; calibrated for the softmax `scale`), plus a little noise; v random.
+    bf16, BHSD (research/softmax_ranges.py uses them too)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     b, h, lq, lk = shape
+    hk = kv_heads or h
     block = torch.arange(lk, device="cuda", dtype=torch.float64) // 128
-    step = MAXIMA_PROFILES[kind]
-    exponent = {"rising": block * step, "rising-slow": block * step,
-                "jump": torch.where(block == 5, step, 0.0), "falling": torch.where(block == 0, step, -8.0 * block)}[kind]
-    log2_per_raw = 1 / math.sqrt(128) / math.log(2)  # a raw q·k times this is its exponent in log2 units
+    step = MAXIMA_PROFILES[kind] if step is None else step
+    jump = torch.where(block == jump_block, step, 0.0)
+    exponent = {"rising": block * step, "rising-slow": block * step, "jump": jump, "jump-window": jump,
+                "falling": torch.where(block == 0, step, -8.0 * block)}[kind]
+    log2_per_raw = scale / math.log(2)  # a raw q·k times this is its exponent in log2 units
     direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
     direction /= direction.norm()
     q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, 128, generator=gen, device="cuda", dtype=torch.float64)
     k_len = exponent / (8.0 * log2_per_raw)
-    k = k_len[None, None, :, None] * direction + 0.05 * torch.randn(b, h, lk, 128, generator=gen, device="cuda",
+    k = k_len[None, None, :, None] * direction + 0.05 * torch.randn(b, hk, lk, 128, generator=gen, device="cuda",
                                                                     dtype=torch.float64)
-    return q.to(torch.bfloat16), k.to(torch.bfloat16), draw((b, h, lk, 128), gen)
+    return q.to(torch.bfloat16), k.to(torch.bfloat16), draw((b, hk, lk, 128), gen)
 
 
 def moving_maxima(stage: int, kind: str, causal: bool, seed: int) -> dict:
@@ -350,3 +358,88 @@ def moving_maxima(stage: int, kind: str, causal: bool, seed: int) -> dict:
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < MAX_REL_ERR, f"relative error {err:.2e} against float64 (limit {MAX_REL_ERR})"
     return {"rel_err": err}
+
+
+# --- the numeric-range fuzz (numeric_cases.py) ---------------------------------------------------
+
+SMALLEST_NORMAL = 2.0 ** -126  # fp32's and bf16's: below it a value may be flushed to zero
+
+
+def _student_t(shape, dof: int, gen) -> torch.Tensor:
+    """Student's t with `dof` degrees of freedom: a normal over the root mean square of `dof` others."""
+    z = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64)
+    chi = torch.randn((dof, *shape), generator=gen, device="cuda", dtype=torch.float64).square().mean(0)
+    return z / chi.sqrt()
+
+
+def numeric_inputs(case: dict, seed: int):
+    """q, k, v (bf16, BHSD) for a NumericCase (as a dict), drawn from `seed`."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    kind, scale, mag = case["kind"], case["scale"], case["magnitude"]
+    b, h, hk, lq, lk = case["batch"], case["heads"], case["kv_heads"], case["len_q"], case["len_k"]
+    qs, ks = (b, h, lq, 128), (b, hk, lk, 128)
+    if kind in ("rising", "falling", "jump", "jump_window"):
+        profile = {"jump_window": "jump-window"}.get(kind, kind)
+        return maxima_inputs(profile, (b, h, lq, lk), seed, scale=scale, step=case["step"],
+                             jump_block=case["block"], kv_heads=hk)
+
+    def normal(shape, m=mag):
+        return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64) * m
+
+    if kind == "student_t":
+        q, k, v = (_student_t(s, case["dof"], gen) * mag for s in (qs, ks, ks))
+    elif kind.startswith("outlier"):
+        # One key per K/V head, at a random row of the chosen tile, along a direction every query leans
+        # towards: its score stands `step` log2 units (at this scale) above a typical one.
+        q, k, v = normal(qs), normal(ks), normal(ks)
+        direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
+        direction /= direction.norm()
+        q += 2.0 * mag * direction
+        row = min(lk - 1, case["block"] * 128 + int(torch.randint(128, (1,), generator=gen, device="cuda")))
+        height = case["step"] * math.log(2) / scale / (2.0 * mag)  # length of the key along the direction
+        k[:, :, row] = height * direction
+    elif kind == "equal":
+        q, v = normal(qs), normal(ks)
+        k = normal((b, hk, 1, 128)).expand(ks).contiguous()
+    elif kind == "subnormal_qk":
+        q, k, v = normal(qs, 1e-39), normal(ks, 1e-39), normal(ks)
+    elif kind == "subnormal_v":
+        q, k, v = normal(qs), normal(ks), normal(ks, 1e-39)
+    elif kind == "normal":
+        q, k, v = normal(qs), normal(ks), normal(ks)
+    else:
+        raise ValueError(f"kind: unknown {kind!r}")
+    return tuple(t.clamp(-3e38, 3e38).to(torch.bfloat16) for t in (q, k, v))
+
+
+def numeric_check(stage: int, case: dict, seed: int) -> dict:
+    """One stage on one numeric case: the output (poisoned first) within the bound that a float32
+    computation on the same bf16 inputs sets, 2 e32 + 2^-7 max|v| + 2^-126, where e32 is the float32
+    computation's largest error against float64 (2^-7 max|v|: rounding P and the output to bf16, each
+    at most 2^-8 of the largest |v|; 2^-126: values below fp32's smallest normal may flush to 0). Rows
+    that see no key must be exactly 0."""
+    q, k, v = numeric_inputs(case, seed)
+    kx, vx = k, v
+    if k.shape[1] != q.shape[1] and not _stage(stage).gqa:  # a stage before grouped K/V heads: repeated
+        kx, vx = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    out = torch.full_like(q, float("nan"))
+    hopattn.attention(q, kx, vx, causal=case["causal"], scale=case["scale"], stage=stage, out=out)
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements unwritten or NaN"
+    key = ("numeric", seed, tuple(sorted(case.items())))
+    if _REFERENCE.get("key") != key:
+        _REFERENCE.clear()
+        ref = reference(q, k, v, causal=case["causal"], scale=case["scale"])
+        ref32 = reference(q, k, v, causal=case["causal"], scale=case["scale"], dtype=torch.float32)
+        e32 = (ref32.double() - ref).abs().max().item()
+        _REFERENCE.update(key=key, ref=ref, e32=e32)
+    ref, e32 = _REFERENCE["ref"], _REFERENCE["e32"]
+    v_max = v.double().abs().max().item()
+    bound = 2 * e32 + 2.0 ** -7 * v_max + SMALLEST_NORMAL
+    err = (out.double() - ref).abs().max().item()
+    assert err <= bound, (f"largest error {err:.3g} against float64 above the float32-derived bound {bound:.3g} "
+                          f"(float32's own error {e32:.3g}, max|v| {v_max:.3g})")
+    if case["causal"] and case["len_q"] > case["len_k"]:
+        blind = case["len_q"] - case["len_k"]
+        assert torch.count_nonzero(out[:, :, :blind]) == 0, "a query that sees no key got a non-zero output"
+    return {"err": err, "bound": bound, "e32": e32}

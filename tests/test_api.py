@@ -196,6 +196,16 @@ def test_backward_raises_instead_of_a_wrong_gradient():
         hopattn.attention(q, q, q, out=meta(1, 2, 128, 128))
 
 
+def test_backward_through_the_log_sum_exp_call_raises_the_same_error():
+    """The op with two outputs gets two gradients: its backward must say what the documentation
+    says, not fail with a TypeError about its own arguments."""
+    q = meta(1, 2, 128, 128).requires_grad_()
+    for use in (lambda o, lse: o.sum(), lambda o, lse: lse.sum(), lambda o, lse: o.sum() + lse.sum()):
+        out, lse = hopattn.attention(q, q, q, return_lse=True)
+        with pytest.raises(RuntimeError, match="no backward pass.*scaled_dot_product_attention"):
+            use(out, lse).backward()
+
+
 def test_torch_compile_traces_a_call_with_out(no_launch):
     """fullgraph tracing with out= (the overlap check needs real pointers and runs in the op itself)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

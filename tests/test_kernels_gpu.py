@@ -52,14 +52,15 @@ def test_stage_matches_float64_reference(gpu, stage, shape):
 
 
 MAXIMA = [(s, kind, causal) for s in STAGES if s.causal and s.tails
-          for kind in ("rising", "rising-slow", "jump", "falling") for causal in (False, True)]
+          for kind in ("rising", "rising-slow", "jump", "jump-window", "falling") for causal in (False, True)]
 
 
 @pytest.mark.parametrize("stage, kind, causal", MAXIMA,
                          ids=[f"{s.name}-{kind}-{'causal' if c else 'full'}" for s, kind, c in MAXIMA])
 def test_row_maxima_that_move_far(gpu, stage, kind, causal):
     """Scores rising 30 or 5 log2 units a key block, one block 160 above the rest (its exponentials
-    overflow fp32 against an earlier maximum), or the first block highest: the rescale's and the
+    overflow fp32 against an earlier maximum), one block 127 above (finite exponentials past 2^126,
+    too large to rebase by a normal fp32 factor), or the first block highest: the rescale's and the
     deferred maximum's slow paths, at an odd length (2 x 2 x 1000 x 3001)."""
     runnable(stage)
     seed = GPU_SEED + stage.number

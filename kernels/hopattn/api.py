@@ -216,7 +216,7 @@ def _(q, k, v, out, causal=False, scale=None, stage=None, layout="bhsd"):
     _checked(q, k, v, out, causal, scale, stage, layout)
 
 
-def _no_backward(ctx, grad):
+def _no_backward(ctx, *grads):  # one gradient per output: (out) or (out, lse)
     raise RuntimeError("hopattn.attention has no backward pass (it is a forward-only kernel): compute gradients "
                        "with torch.nn.functional.scaled_dot_product_attention, or run this under torch.no_grad()")
 
