@@ -9,6 +9,7 @@ import math
 from .. import h200
 from ..svg import fmt_bytes, text_width
 from .common import box, canvas, done, done_doc
+from .sass_counts import DEFERRED_MAX
 
 B, H, L, D = 8, 16, 4096, 128  # the 4k shape
 MEASURED_TFLOPS = 680  # the practical GEMM rate docs/introduction.md uses
@@ -195,17 +196,24 @@ def gqa_heads(stage, stages):
 
 
 def deferred_max(stage, stages):
-    """Stage 21's softmax path after the QK's completion, beside stage 20's, in instructions per thread
-    and tile (from the tile shape: block_n / 2 scores per thread, two rows of them)."""
+    """Stage 21's softmax path after the QK's completion, beside stage 20's: the instructions from the
+    QK's wait to the first exponential and per iteration as the SASS counts them (sass_counts.py,
+    checked by tests/test_concept_sass.py); the exponentials and row sums from the tile shape
+    (block_n / 2 scores per thread, two rows of them)."""
+    before, after = DEFERRED_MAX["20"], DEFERRED_MAX["21"]
+    b, a = before["to_first_exp"], after["to_first_exp"]
+    lead_b, lead_a = sum(b.values()), sum(a.values())  # the QK's wait to the first MUFU.EX2
+    saved = before["per_iteration"] - after["per_iteration"]
     scores = stage.block_n * 64 // 128  # per thread: a warpgroup's 64 x block_n scores over 128 threads
-    maxima, quad, test = scores, 8, 8  # FMNMX per score; 4 SHFL + 4 FMNMX; growth FSETPs and the vote
-    expo = 3 * scores  # FFMA + MUFU.EX2 per score, and the row sums' FADD
+    expo = 3 * scores  # per score an FFMA, a MUFU.EX2 and the row sum's FADD
     check = 4  # two FSETP, the vote, the branch
     c = canvas("deferred-max", 386, "The softmax's path from the QK's completion: the maximum deferred",
                f"Per thread and K/V tile ({scores} scores, two rows): stage {stage.number - 1} finds the tile's row "
-               "maxima and votes on their growth before the first exponential; this stage takes the exponentials "
-               "against the row's reference at once and checks them with the row sums it computes anyway.")
-    x0, px = 150, 690 / (maxima + quad + test + expo)
+               f"maxima and votes on their growth before the first exponential, {lead_b} instructions after the "
+               f"QK's wait; this stage takes the exponentials against the row's reference at once ({lead_a} "
+               f"instructions after the wait) and checks them with the row sums it computes anyway: "
+               f"{before['per_iteration']} instructions an iteration become {after['per_iteration']}.")
+    x0, px = 150, 690 / (lead_b + expo)
 
     def seg(x, y, n, label, fill, opacity=0.22, sub=None):
         box(c, x, y, n * px, 40, label, fill=fill, stroke=fill, opacity=opacity, size=12, sub=sub)
@@ -218,24 +226,26 @@ def deferred_max(stage, stages):
     y = 74
     c.text(12, y + 18, f"stage {stage.number - 1}", size=12, weight="600")
     c.text(12, y + 34, "every tile", size=11, fill="muted")
-    x = seg(x0, y, maxima + quad, "row maxima", "skip", 0.6, f"{maxima} FMNMX, then across the quad")
+    x = seg(x0, y, b["maxima"], "row maxima", "skip", 0.6, "FMNMX, then across the quad")
     vote_x = x
-    x = seg(x, y, test, "", "bar", 0.25)
-    c.text(vote_x, y + 56, "growth test and vote", size=11, fill="bar")
-    first_exp(x, y, "first exponential")
+    x = seg(x, y, b["test"], "", "bar", 0.25)
+    x = seg(x, y, b["other"], "", "stroke", 0.2)
+    c.text(vote_x, y + 56, f"{b['maxima']} row maxima, {b['test']} growth test and vote, {b['other']} more", size=11,
+           fill="muted")
+    first_exp(x, y, f"first exponential: {lead_b} instructions after the QK's wait")
     seg(x, y, expo, "exponentials and row sums", "softmax", sub=f"{scores} FFMA + {scores} MUFU.EX2 + {scores} FADD")
     y = 174
     c.text(12, y + 18, f"stage {stage.number}", size=12, weight="600")
     c.text(12, y + 34, "unmasked tile", size=11, fill="muted")
-    first_exp(x0, y, "first exponential")
-    x = seg(x0, y, expo, "exponentials and row sums", "softmax", sub="against the row's reference")
+    x = seg(x0, y, lead_a, "", "stroke", 0.2)
+    first_exp(x, y, f"first exponential: {lead_a} after the wait")
+    x = seg(x, y, expo, "exponentials and row sums", "softmax", sub="against the row's reference")
     x = seg(x, y, check, "", "ok", 0.5)
     c.text(x + 6, y + 18, "check: sum ≤ 2²⁴?", size=12, weight="600", fill="ok")
     c.text(x + 6, y + 34, "2 FSETP, a vote", size=11, fill="muted")
-    saved = maxima + quad + test - check
-    c.text(x0 + 690, y - 12, f"about {saved} instructions fewer per tile, all before the first exponential",
-           size=12, anchor="end")
-    y = 276
+    c.text(x0 + 690, y - 12, f"{before['per_iteration']} → {after['per_iteration']} instructions an iteration: "
+                             f"{saved} fewer, all of them before the first exponential", size=12, anchor="end")
+    y = 290
     c.text(12, y + 18, "rare paths", size=12, weight="600")
     c.text(12, y + 34, "per warp", size=11, fill="muted")
     box(c, x0, y, 330, 44, "sum > 2²⁴: rebase the row", fill="accent", stroke="accent", opacity=0.2, size=12,
@@ -247,4 +257,5 @@ def deferred_max(stage, stages):
     c.text(x0, y + 68, "Masked tiles and each output tile's first K/V tile keep the exact path; K is released "
                        "after the check.", size=12, fill="muted")
     return done(c, stage, "The row maxima only keep the exponentials in range; the row sums, which bound every "
-                          "exponential, say afterwards whether they stayed in it.")
+                          "exponential, say afterwards whether they stayed in it. The instruction counts are the "
+                          "SASS's (nvcc 13.0, the non-causal kernel's unmasked loop, the common path).")

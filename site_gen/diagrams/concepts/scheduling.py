@@ -9,6 +9,7 @@ import math
 from .. import facts
 from ..svg import fmt_bytes, num, text_width
 from .common import box, canvas, done
+from .sass_counts import TILE_BOUNDARY
 
 SM_EXAMPLE = 8  # SMs drawn (the H200 has 132); enough to show the pattern at page width
 
@@ -277,18 +278,22 @@ def _chain_text(ops, shown=10) -> str:
 
 def tile_coordinates(stage, stages):
     """Stage 22: the chain of divisions from an output tile's id to its coordinates (the causal
-    order's: group of heads, place in the group, batch and head, K/V head), each drawn as the
-    instructions it compiles to (with its remainder), before and after the host's multipliers."""
+    order's: group of heads, place in the group, batch and head, K/V head); the consumers' whole
+    stretch from the tile id to the wait for Q as the SASS counts it, before and after the host's
+    multipliers (sass_counts.py); and one division as nvcc compiles it alone, with its remainder."""
     steps = (("÷ tiles per group", "group, r"), ("÷ heads in the group", "q-block, pair"),
              ("÷ heads", "batch, head"), ("÷ heads per K/V head", "K/V head"))
+    prev_id = f"{stage.number - 1:02d}"
+    before, after = TILE_BOUNDARY.get(prev_id, TILE_BOUNDARY["21"]), TILE_BOUNDARY.get(stage.id, TILE_BOUNDARY["22"])
     per_slow, per_fast = len(RUNTIME_DIVISION), len(FAST_DIVISION)
     x0, x1 = 150, 846
-    unit = (x1 - x0) / (len(steps) * per_slow + 4)  # one instruction, at the slower stage's scale
-    c = canvas("tile-coordinates", 420, "An output tile's coordinates: divisions by numbers the compiler cannot see",
+    c = canvas("tile-coordinates", 470, "An output tile's coordinates: divisions by numbers the compiler cannot see",
                f"From the tile id to its batch, head, K/V head and first row: {len(steps)} divisions, each needing "
-               f"the one before. Stage {stage.number - 1} compiles each, with its remainder, into {per_slow} "
-               "instructions (a reciprocal's estimate, two corrections and the signs); this stage divides with a "
-               f"multiplier and a shift that the host prepared: {per_fast} instructions.")
+               f"the one before. In stage {stage.number - 1}'s causal kernel the consumers' stretch from the tile id "
+               f"to the wait for Q is {before['instructions']} instructions, with {before['rcp']} reciprocals and "
+               f"a call to a 64-bit division; this stage divides with a multiplier and a shift that the host "
+               f"prepared: {after['instructions']} instructions. One division with its remainder, compiled alone: "
+               f"{per_slow} instructions, and {per_fast}.")
     # The chain itself.
     y = 56
     c.text(12, y + 22, "tile id", size=12, weight="600")
@@ -300,34 +305,54 @@ def tile_coordinates(stage, stages):
             c.line(x - 14, y + 20, x - 1, y + 20, stroke="stroke", arrow=True)
     c.line(x0 - 44, y + 20, x0 - 1, y + 20, stroke="stroke", arrow=True)
 
-    def chain(y, label, sub, ops, fill):
-        c.text(12, y + 16, label, size=12, weight="600")
-        c.text(12, y + 32, sub, size=11, fill="muted")
-        x = x0
-        for i, _ in enumerate(steps):
-            for k, op in enumerate(ops):
-                c.rect(x, y, unit - 1.5, 36, fill=fill, stroke=fill, opacity=0.22 if k else 0.5, rx=2)
-                x += unit
-            if i < len(steps) - 1:
-                c.line(x + 1, y - 4, x + 1, y + 40, stroke="fg", sw=1, dash="3 2")
-        return x
+    # The whole stretch, counted in the SASS: one scale for both stages.
+    unit = (x1 - x0) / max(before["instructions"], after["instructions"])
 
-    y = 140
-    end = chain(y, f"stage {stage.number - 1}", "each ÷", RUNTIME_DIVISION, "bar")
-    c.text(x0, y + 54, _chain_text(RUNTIME_DIVISION), size=11, fill="muted", mono=True)
-    c.text(end, y - 10, f"{len(steps) * per_slow} instructions, and a 64-bit division (a CALL) for "
-                        "the group's size", size=12, anchor="end")
-    y = 236
-    end = chain(y, f"stage {stage.number}", "each ÷", FAST_DIVISION, "ok")
-    c.text(end + 8, y + 23, f"{len(steps) * per_fast} instructions", size=12, weight="600", fill="ok")
-    c.text(x0, y + 54, " → ".join(FAST_DIVISION) + "   (q = n·m ≫ s, then r = n − q·d)", size=11, fill="muted",
-           mono=True)
-    y = 318
+    def stretch(y, label, counts, fill, what):
+        n, zero = counts["instructions"], counts["cs2r"]
+        c.text(12, y + 16, label, size=12, weight="600")
+        c.text(12, y + 32, "causal kernel", size=11, fill="muted")
+        rest = n - zero
+        box(c, x0, y, rest * unit, 38, f"{rest}: {what}", fill=fill, stroke=fill, opacity=0.22, size=12)
+        box(c, x0 + rest * unit, y, zero * unit, 38, f"{zero} CS2R", fill="stroke", stroke="stroke", opacity=0.2,
+            size=11)
+        return x0 + n * unit
+
+    y = 130
+    c.text(x0, y - 8, "A consumer, from the SHFL of the tile id to the SYNCS wait for Q (the SASS, counted):",
+           size=12, weight="600")
+    calls = ", a CALL" if before["call"] else ""
+    end = stretch(y, f"stage {stage.number - 1}", before, "bar",
+                  f"the divisions ({before['rcp']} MUFU.RCP{calls}) and the tile's place")
+    c.text(end, y + 54, f"{before['instructions']} instructions", size=12, weight="600", anchor="end")
+    y = 198
+    end = stretch(y, f"stage {stage.number}", after, "ok", "the same, no division")
+    c.text(end + 8, y + 24, f"{after['instructions']} instructions", size=12, weight="600", fill="ok")
+    c.text(x0, y + 56, "CS2R: zeroing O's accumulators and the row sums, in both; the rest is what the "
+                       "multipliers shortened.", size=11, fill="muted")
+
+    # One division, compiled alone (tests/test_fast_divmod.py checks these against nvcc's SASS).
+    y = 292
+    c.text(12, y + 14, "one ÷ alone", size=12, weight="600")
+    c.text(12, y + 30, "with its remainder", size=11, fill="muted")
+    small = (x1 - x0) / (per_slow + 2) / 2
+
+    def ops_row(x, y, ops, fill):
+        for k, _op in enumerate(ops):
+            c.rect(x + k * small, y, small - 1.5, 16, fill=fill, stroke=fill, opacity=0.22 if k else 0.5, rx=2)
+        return x + len(ops) * small
+
+    end = ops_row(x0, y, RUNTIME_DIVISION, "bar")
+    c.text(end + 8, y + 13, f"{per_slow}: " + _chain_text(RUNTIME_DIVISION, shown=4), size=11, fill="muted", mono=True)
+    end = ops_row(x0, y + 22, FAST_DIVISION, "ok")
+    c.text(end + 8, y + 35, f"{per_fast}: " + " → ".join(FAST_DIVISION), size=11, fill="muted", mono=True)
+    y = 352
     box(c, x0, y, x1 - x0, 44, "the host, once per launch: for each divisor d, m = ⌈2³¹⁺ˡ / d⌉ and s = 31 + l, "
         "l = ⌈log₂ d⌉", fill="panel", stroke="stroke", size=12,
         sub="exact for every n < 2³¹ (common/fast_divmod.cuh proves it); the group's size is computed there too")
     c.text(12, y + 26, "host", size=12, weight="600")
-    c.text(x0, y + 70, "Every output tile pays the chain at its start, with both consumers at the boundary and the "
+    c.text(x0, y + 70, "Every output tile pays the stretch at its start, with both consumers at the boundary and the "
                        "tensor cores idle.", size=12, fill="muted")
     return done(c, stage, "The chain is the causal order's (stage 18); without the mask the order is computed and "
-                          "the chain is three divisions long.")
+                          "the chain is three divisions long. The counts are the SASS's (nvcc 13.0): the stretch in "
+                          "each stage's causal kernel, one division in a kernel of its own.")
