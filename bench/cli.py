@@ -96,6 +96,7 @@ def default_out(gpu_name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from hopattn import lineage
+    from hopattn.records import runs
 
     from bench.report import Log
 
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = parse_options(argv, available)
     except ValueError as err:
         parser.error(str(err))
+    log = Log()
+    log.header(runs.log_header(opts.command))  # first: a log kept under bench/logs says what made it
     try:
         import torch
 
@@ -121,4 +124,4 @@ def main(argv: list[str] | None = None) -> int:
         opts.out = default_out(torch.cuda.get_device_name(torch.cuda.current_device()))
     from bench.runner import run
 
-    return run(opts, Log())
+    return run(opts, log)

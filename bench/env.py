@@ -1,14 +1,12 @@
-"""What the numbers were measured on: GPU, software versions, clocks and power limit, git state."""
+"""What the numbers were measured on: GPU, software versions, clocks and power limit (the git state and
+the run header: hopattn.records.runs)."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SMI_QUERY = "clocks.sm,clocks.mem,clocks.max.sm,power.limit"
 
 
@@ -72,33 +70,6 @@ def read_clocks() -> dict:
 def driver_version() -> str | None:
     line = _smi_line(_smi(["--query-gpu=driver_version", "--format=csv,noheader"]), _device_index())
     return line.strip() if line else None
-
-
-def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout; (None, None) when unknown.
-
-    HOPATTN_GIT_COMMIT / HOPATTN_GIT_DIRTY, when set, win over git: a working tree copied to a GPU
-    machine may carry no .git, or a stale one that names an older commit. A value that is not a
-    full 40-digit hash raises ValueError: an abbreviated one would otherwise be ignored in silence
-    and the stale .git recorded instead."""
-    commit = os.environ.get("HOPATTN_GIT_COMMIT", "").strip().lower()
-    if commit and not re.fullmatch(r"[0-9a-f]{40}", commit):
-        raise ValueError(f"HOPATTN_GIT_COMMIT={commit!r} is not a full 40-digit commit hash "
-                         "(git rev-parse HEAD gives one)")
-    if commit:
-        dirty_text = os.environ.get("HOPATTN_GIT_DIRTY", "").strip().lower()
-        return commit, {"1": True, "true": True, "0": False, "false": False}.get(dirty_text)
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
-        if head.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", head.stdout.strip()):
-            # the results folder is what this run writes: a file left there by an earlier run is not "dirty"
-            status = subprocess.run(["git", "status", "--porcelain", "--", ".", ":(exclude)bench/results"],
-                                    cwd=root, capture_output=True, text=True, timeout=30)
-            dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
-            return head.stdout.strip(), dirty
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return None, None
 
 
 def collect(torch, clocks_before: dict, clocks_after: dict) -> dict:

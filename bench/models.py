@@ -26,6 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+from hopattn.records import models as records
+from hopattn.records import runs
+
 from bench import model_cases
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,10 +36,8 @@ RESULTS_DIR = REPO / "bench" / "results"
 BACKENDS = ("sdpa", "cudnn", "hopattn", "fa3", "fa4")  # sdpa first: the others are compared with it
 
 
-def _records():
-    from hopattn import model_records
-
-    return model_records
+def command_line(argv) -> str:
+    return "python -m bench.models " + shlex.join(argv)
 
 
 def parse_list(text: str, choices, what: str) -> list[str]:
@@ -211,7 +212,7 @@ def assemble(state: dict, groups, run_id: str, run: dict) -> dict:
                              "tokens": info.get("tokens") or wl.tokens(run["dry_run"]),
                              "params": built.get("params"), "build_s": built.get("build_s"), "strict": group.strict,
                              "attention_calls": info.get("calls", []), "cases": cases}
-    return {"schema_version": _records().SCHEMA_VERSION, "runs": {run_id: run}, "models": models}
+    return {"schema_version": records.SCHEMA_VERSION, "runs": {run_id: run}, "models": models}
 
 
 def plan(groups, backends, args) -> str:
@@ -228,11 +229,10 @@ def plan(groups, backends, args) -> str:
 
 def write(state: dict, groups, args, argv, started: dt.datetime, commit, dirty) -> tuple[Path, dict]:
     """Merge what has run so far into the record file (after every group: a run cut short keeps it)."""
-    records = _records()
     env = {k: state.get("environment", {}).get(k) for k in records.ENV_FIELDS}
-    run = {"date": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "git_commit": commit, "dirty": dirty,
-           "dry_run": bool(args.dry_run), "command": "python -m bench.models " + shlex.join(argv), "environment": env}
-    record = assemble(state, groups, started.strftime("%Y%m%dT%H%M%SZ"), run)
+    run_id, date = runs.run_id_and_date(started)
+    run = records.new_run(command_line(argv), env, dry_run=args.dry_run, date=date, git=(commit, dirty))
+    record = assemble(state, groups, run_id, run)
     out = args.out
     if out is None:
         out = (Path(tempfile.gettempdir()) / "hopattn-models-dry-run.json" if args.dry_run
@@ -247,17 +247,16 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     groups = [model_cases.GROUPS[g] for g in parse_list(args.models, tuple(model_cases.GROUPS), "models")]
     backends = parse_list(args.backends, BACKENDS, "backends")
+    commit, dirty = runs.git_state()
+    print(runs.log_header(command_line(argv), git=(commit, dirty)), flush=True)  # first: what made the log
     print(plan(groups, backends, args), flush=True)
-    from bench.env import git_state
-
-    commit, dirty = git_state()
     started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     state = {"cases": {}, "built": {}, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="hopattn-models-") as tmp:
         for i, group in enumerate(groups):
             run_group(group, backends, args, Path(tmp), state)
             out, record = write(state, groups[: i + 1], args, argv, started, commit, dirty)
-            print(f"[bench.models] wrote {out}", flush=True)
+            print(f"[bench.models] wrote {runs.shown_path(out)}", flush=True)
     for model_id, model in record["models"].items():
         for name, case in model["cases"].items():
             step = case["step_ms"]["median"] if case.get("step_ms") else None

@@ -21,6 +21,11 @@ class Log:
     def elapsed(self) -> float:
         return self.clock() - self.start
 
+    def header(self, line: str) -> None:
+        """A line without the timestamp: the log's first, the command that made it (runs.log_header)."""
+        self.lines.append(line)
+        print(line, file=self.stream, flush=True)
+
     def __call__(self, message: str) -> None:
         for part in str(message).splitlines() or [""]:
             line = f"[{self.elapsed():7.1f}s] {part}"

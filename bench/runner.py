@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import os
 import random
@@ -12,7 +11,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopattn.records import files, results
+from hopattn.records import files, results, runs
+from hopattn.records.runs import run_id_and_date
 
 from bench import correctness, env, report, stats, timing
 from bench.shapes import Shape, tflops
@@ -231,11 +231,6 @@ def _time_live(s: Session, live: dict, shape: Shape, causal: bool, run_id: str, 
 # --- the whole run -----------------------------------------------------------------------------
 
 
-def run_id_and_date(now: dt.datetime | None = None) -> tuple[str, str]:
-    now = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).replace(microsecond=0)
-    return now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._exit) -> int:
     """The CLI's run on the current CUDA device; returns the exit status.
 
@@ -264,7 +259,7 @@ def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._e
     log(f"{gpu_name} (compute capability {capability[0]}.{capability[1]}), torch {torch.__version__}, "
         f"CUDA {torch.version.cuda}; input seed {seed}; clocks {clocks_before}")
     try:
-        commit, dirty = env.git_state()
+        commit, dirty = runs.git_state()
     except ValueError as err:
         log(f"{err} (nothing written)")
         return 2
@@ -292,20 +287,20 @@ def run(opts: Options, log, device: str = "cuda", timer=None, exit_on_hang=os._e
 
     def save(extra=(), final=False):
         clocks_after = env.read_clocks()
-        run_record = {"date": date, "git_commit": commit, "git_dirty": dirty, "command": opts.command,
-                      "environment": dict(environment, clocks_after={"sm_mhz": clocks_after["sm_mhz"],
-                                                                     "mem_mhz": clocks_after["mem_mhz"]})}
+        run_record = runs.new_run(opts.command, dict(environment, clocks_after={"sm_mhz": clocks_after["sm_mhz"],
+                                                                                "mem_mhz": clocks_after["mem_mhz"]}),
+                                  date=date, git=(commit, dirty))
         new = results.new_results(slug, run_id, run_record, entries + list(extra))
         if final:
             log(f"clocks after: {clocks_after}")
             print("\n" + report.summary_table(results.normalize(new)["results"]) + "\n", flush=True)
         written = results.write_merged(new, opts.out, log)
         if final:
-            log(f"wrote {written}")
+            log(f"wrote {runs.shown_path(written)}")
             if opts.raw is not None:
                 session.raw.update({"log": log.lines, "run": run_record, "entries": new["results"]})
                 files.write_atomic(opts.raw, files.dumps(_finite(session.raw)))
-                log(f"wrote the log and per-round timings to {opts.raw}")
+                log(f"wrote the log and per-round timings to {runs.shown_path(opts.raw)}")
 
     def on_hang(what, seconds):
         shape, causal, rid = session.config

@@ -1,73 +1,17 @@
-"""The benchmark shapes, FLOP counting and the parsing of --stages / --shapes / --causal."""
+"""The parsing of --stages / --shapes / --causal. The shapes themselves, and the FLOP count, are
+defined in hopattn.records.shapes (the site describes a record's shapes from there too); they are
+imported here for the harness's modules."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hopattn import lineage
+from hopattn.records.shapes import ALL_SHAPES, SHAPES, USER_SHAPES, Shape, flops, is_user_shape, tflops
 
+__all__ = ["ALL_SHAPES", "SHAPES", "USER_SHAPES", "Shape", "flops", "is_user_shape", "tflops", "QUICK_SHAPE",
+           "CAUSAL_CHOICES", "parse_shapes", "parse_stages"]
 
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    batch: int
-    heads: int
-    len_q: int
-    len_k: int
-    head_dim: int = 128
-    layout: str = "bhsd"  # how the inputs are stored: "bshd" for the layout-in-place shape
-    kv_heads: int = 0     # K/V heads (grouped-query); 0: as many as q
-    what: str = ""        # why the shape is in the set (the site shows it)
-
-    @property
-    def kv(self) -> int:
-        return self.kv_heads or self.heads
-
-    @property
-    def dims(self) -> dict:
-        return {"batch": self.batch, "heads": self.heads, "len_q": self.len_q, "len_k": self.len_k,
-                "head_dim": self.head_dim}
-
-    def describe(self) -> str:
-        lengths = f"L{self.len_q}" if self.len_q == self.len_k else f"Lq{self.len_q} Lk{self.len_k}"
-        extra = (f" Hkv{self.kv_heads}" if self.kv_heads else "") + (" BSHD" if self.layout == "bshd" else "")
-        return f"B{self.batch} H{self.heads} {lengths} D{self.head_dim}{extra}"
-
-
-# The three points every stage runs: the same number of tokens per shape (B·L = 32k); the work
-# doubles with each doubling of L.
-SHAPES = {
-    "4k": Shape("4k", 8, 16, 4096, 4096),
-    "8k": Shape("8k", 4, 16, 8192, 8192),
-    "16k": Shape("16k", 2, 16, 16384, 16384),
-}
-# The shapes users run beyond those, so that no stage is tuned to three points: the stages with the
-# whole contract (any length, BSHD, strided) and the reference peers run them.
-USER_SHAPES = {
-    "32k": Shape("32k", 1, 16, 32768, 32768, what="a single long sequence"),
-    "512x64": Shape("512x64", 64, 16, 512, 512, what="short sequences in a large batch"),
-    "odd": Shape("odd", 3, 16, 7919, 7919, what="odd lengths: the last tile part full"),
-    "512x32k": Shape("512x32k", 4, 16, 512, 32768, what="few queries over many keys"),
-    "8k-bshd": Shape("8k-bshd", 4, 16, 8192, 8192, layout="bshd", what="BSHD input, read in place"),
-    "8k-gqa": Shape("8k-gqa", 2, 32, 8192, 8192, kv_heads=8, what="grouped-query heads (Llama-3-8B's 32 over 8)"),
-}
-ALL_SHAPES = {**SHAPES, **USER_SHAPES}
 QUICK_SHAPE = "8k"
 CAUSAL_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
-
-
-def is_user_shape(shape: Shape) -> bool:
-    return shape.name in USER_SHAPES
-
-
-def flops(shape: Shape, causal: bool) -> float:
-    """4·B·H·Lq·Lk·D (QKᵀ and PV, 2 FLOP per multiply-add), halved for causal (half the scores survive)."""
-    n = 4.0 * shape.batch * shape.heads * shape.len_q * shape.len_k * shape.head_dim
-    return n / 2 if causal else n
-
-
-def tflops(shape: Shape, causal: bool, ms: float) -> float:
-    return flops(shape, causal) / (ms * 1e-3) / 1e12
 
 
 def parse_shapes(text: str) -> list[Shape]:

@@ -26,7 +26,7 @@ import sys
 import time
 
 from hopattn import build, lineage
-from hopattn.records import traces
+from hopattn.records import runs, traces
 
 from . import env, shapes
 
@@ -183,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--stages", default="all", help="stage numbers and ranges (1,5-6) or 'all'")
     parser.add_argument("--out", default=None, help="folder for the records (default bench/results/traces/<gpu>)")
     args = parser.parse_args(argv)
+    command = " ".join(["python -m bench.trace", *(argv or sys.argv[1:])])
+    print(runs.log_header(command), flush=True)  # first: a log kept under bench/logs says what made it
     import torch
 
     if not torch.cuda.is_available():
@@ -191,7 +193,7 @@ def main(argv=None) -> int:
     stages = lineage.discover()
     wanted = shapes.parse_stages(args.stages, [s.number for s in stages])
     environment = env.collect(torch, env.read_clocks(), env.read_clocks())
-    run = traces.new_run(environment, " ".join(["python -m bench.trace", *(argv or sys.argv[1:])]))
+    run = runs.new_run(command, environment)
     folder = traces.folder(environment["gpu_name"]) if args.out is None else args.out
     start = time.perf_counter()
     for stage in (s for s in stages if s.number in wanted):
@@ -203,7 +205,7 @@ def main(argv=None) -> int:
                   f"{len(record['events'])} events in the window, {record['per_step_ns']:.0f} ns per K/V step, "
                   f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %), "
                   f"recording nothing {o['idle_pct']:+.1f} %, step {o.get('step_pct', float('nan')):+.1f} % against "
-                  f"one record a step -> {path}", flush=True)
+                  f"one record a step -> {runs.shown_path(path)}", flush=True)
     return 0
 
 

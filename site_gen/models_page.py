@@ -2,7 +2,7 @@
 (tables and an inline SVG chart of the speedups over SDPA), the routing reports, and what is not
 supported.
 
-``render(records)`` takes what ``hopattn.model_records.load_all`` returns ({gpu slug: record}, or a
+``render(records)`` takes what ``hopattn.records.models.load_all`` returns ({gpu slug: record}, or a
 single record) and returns Markdown. Pure function of its input: same records, same characters.
 Colours are CSS variables with light-theme fallbacks, so the chart follows the site's theme.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from html import escape
 
-from hopattn.model_records import BACKENDS, LABELS, REFERENCE
+from hopattn.records.models import BACKENDS, LABELS, REFERENCE
 
 PRIMARY = "var(--md-primary-fg-color, #3f51b5)"
 PEER = {"cudnn": "var(--hd-k, #d9822b)", "fa3": "var(--hd-v, #2e9e6a)", "fa4": "var(--hd-s, #8a5cd1)",

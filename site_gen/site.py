@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopattn import lineage, model_records
+from hopattn import lineage
+from hopattn.records import models as model_records
 
 from . import fragments, inputs, models_page
 from .benchmark_section import chart, headline, model_vs_measured, tables

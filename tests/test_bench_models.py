@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hopattn import model_records as mr
+from hopattn.records import models as mr
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -243,7 +243,7 @@ def test_dry_run_end_to_end_survives_a_planted_hang(tmp_path):
 def test_committed_model_records_are_valid_and_canonical():
     from pathlib import Path
 
-    from hopattn import model_records
+    from hopattn.records import models as model_records
 
     for path in sorted((Path(__file__).resolve().parent.parent / "bench" / "results").glob("models-*.json")):
         data = model_records.load(path)

@@ -133,7 +133,9 @@ def test_a_hung_arm_saves_what_was_measured_and_stops(tmp_path, fake_h200, monke
         saved["data"] = results.load_results(tmp_path / "nvidia-h200.json")
         released.set()
 
-    opts = options(tmp_path, causal=(False, True), hang_timeout=0.3)
+    # The limit must pass the CPU stand-in's real steps (under a second each, even on a loaded 2-core
+    # machine: 0.3 s once fired on the non-causal timing there) and fire well before the 20-s hang.
+    opts = options(tmp_path, causal=(False, True), hang_timeout=3.0)
     assert runner.run(opts, report.Log(), device="cpu", timer=UnitTimer(), exit_on_hang=fake_exit) == 0
     assert saved["code"] == 3
     got = {(e["name"], e["causal"]): e for e in saved["data"]["results"]}

@@ -6,7 +6,7 @@ import copy
 import re
 
 import pytest
-from hopattn import model_records as mr
+from hopattn.records import models as mr
 
 from site_gen import models_page
 

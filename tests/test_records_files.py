@@ -38,3 +38,21 @@ def test_read_json_names_the_file(tmp_path):
         files.read_json(p, ValueError)
     with pytest.raises(ValueError, match="absent.json: cannot read"):
         files.read_json(tmp_path / "absent.json", ValueError)
+
+
+def test_the_package_and_the_renderer_import_no_producer():
+    """One direction of flow: bench/ imports hopattn, never the other way, and site_gen reads the
+    records through hopattn.records (an import of bench from either would tie the site to the
+    producers, or fail in silence where bench is not installed)."""
+    import ast
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    bad = []
+    for folder in (repo / "kernels" / "hopattn", repo / "site_gen"):
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                bad += [f"{path.relative_to(repo)}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "bench"]
+    assert not bad, bad

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hopattn.records import results
 from hopattn.records.results import GpuResults
+from hopattn.records.shapes import ALL_SHAPES
 
 from .headline import PEER_NAMES, best_peer
 
@@ -131,11 +132,7 @@ def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
 
 
 def _what(shape: str, entry: dict | None) -> str:
-    """The shape's reason for being in the set (bench/shapes.py) and its dimensions."""
-    try:
-        from bench.shapes import ALL_SHAPES  # the set's one definition; pure Python, no GPU
-    except ImportError:
-        ALL_SHAPES = {}
+    """The shape's reason for being in the set (hopattn.records.shapes) and its dimensions."""
     known = ALL_SHAPES.get(shape)
     if known is not None:
         return f"{known.what}: {known.describe()}" if known.what else known.describe()

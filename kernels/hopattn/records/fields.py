@@ -17,8 +17,9 @@ class Checker:
         return self.error(f"{self.where}: field '{field}' must be {expected} (got {shown})")
 
     def get(self, obj: dict, key: str, field: str, expected: str, ok, nullable=False):
-        """obj[key] when ``ok`` accepts it (or it is None and ``nullable``), else the error."""
-        if key not in obj:
+        """obj[key] when ``ok`` accepts it (or it is None and ``nullable``), else the error (a field of
+        something that is not an object is missing)."""
+        if not isinstance(obj, dict) or key not in obj:
             raise self.fail(field, expected)
         value = obj[key]
         if value is None and nullable:

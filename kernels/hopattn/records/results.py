@@ -226,7 +226,7 @@ def load_results(path) -> dict:
 
 def load_all(results_dir) -> dict[str, dict]:
     """Every results file in `results_dir`, keyed by GPU slug; an absent folder gives {}. The model
-    benchmarks' records (models-<gpu>.json, hopattn.model_records) share the folder and are not these."""
+    benchmarks' records (models-<gpu>.json, records/models.py) share the folder and are not these."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         return {}

@@ -211,18 +211,7 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
     }
 
 
-# --- the run, the files --------------------------------------------------------------------------
-
-
-def new_run(environment: dict, command: str) -> dict:
-    """date, commit, dirty flag, command and environment of a producer run (bench.env reads git)."""
-    import datetime as dt
-
-    from bench import env
-
-    commit, dirty = env.git_state()
-    return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "git_commit": commit,
-            "git_dirty": dirty, "command": command, "environment": environment}
+# --- the files (the run header: runs.new_run) -----------------------------------------------------
 
 
 def write(folder_path, run: dict, record: dict) -> Path:

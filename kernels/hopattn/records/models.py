@@ -22,17 +22,22 @@ torch. The shape of a record:
              "errors": {name: float | null},                                      # against the SDPA run
              "routing": {"calls", "served", "modes", "fallbacks", "strict", "kernel"} | null}}}}}
 
-Sorted keys, fixed precision, checked on load and before every write, written atomically.
+Sorted keys, fixed precision, checked on load and before every write, written atomically (the
+checker, the GPU slug and the written form are the other records' own: fields.py, results.gpu_slug,
+files.py). The run header is runs.new_run's, with its dirty flag named ``dirty`` and ``dry_run`` added.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
-import tempfile
 from pathlib import Path
+
+from . import files, runs
+from .fields import Checker
+from .fields import is_int as _int
+from .fields import is_num as _num
+from .fields import is_text as _text
+from .results import gpu_slug
 
 SCHEMA_VERSION = 1
 BACKENDS = ("sdpa", "cudnn", "hopattn", "fa3", "fa4")  # the page's column order; "sdpa" is the reference
@@ -56,13 +61,6 @@ class RecordError(ValueError):
     """A model record (or data about to become one) is invalid; the message names the file and field."""
 
 
-def gpu_slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    if not slug:
-        raise ValueError(f"GPU name {name!r} has no letters or digits to make a slug from")
-    return slug
-
-
 def record_path(results_dir, gpu_name: str) -> Path:
     return Path(results_dir) / f"models-{gpu_slug(gpu_name)}.json"
 
@@ -70,74 +68,45 @@ def record_path(results_dir, gpu_name: str) -> Path:
 # --- validation --------------------------------------------------------------------------------
 
 
-def _int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _text(v) -> bool:
-    return isinstance(v, str) and bool(v.strip())
-
-
-class _Check:
-    def __init__(self, where: str):
-        self.where = where
-
-    def need(self, obj, key: str, field: str, expected: str, ok, nullable: bool = False):
-        if not isinstance(obj, dict) or key not in obj:
-            raise RecordError(f"{self.where}: field '{field}' must be {expected} (got <missing>)")
-        value = obj[key]
-        if value is None and nullable:
-            return None
-        if not ok(value):
-            shown = repr(value)
-            raise RecordError(f"{self.where}: field '{field}' must be {expected} (got "
-                              f"{shown if len(shown) <= 80 else shown[:77] + '...'})")
-        return value
-
-
-def _check_timing(c: _Check, obj, f: str) -> None:
-    t = c.need(obj, "step_ms", f"{f}.step_ms", "an object or null", lambda v: isinstance(v, dict), nullable=True)
+def _check_timing(c: Checker, obj, f: str) -> None:
+    t = c.get(obj, "step_ms", f"{f}.step_ms", "an object or null", lambda v: isinstance(v, dict), nullable=True)
     if t is None:
         return
     for k in ("median", "min", "max"):
-        c.need(t, k, f"{f}.step_ms.{k}", "a positive number", lambda v: _num(v) and v > 0)
-    c.need(t, "spread_pct", f"{f}.step_ms.spread_pct", "a non-negative number", lambda v: _num(v) and v >= 0)
-    c.need(t, "samples", f"{f}.step_ms.samples", "a positive integer", lambda v: _int(v) and v > 0)
+        c.get(t, k, f"{f}.step_ms.{k}", "a positive number", lambda v: _num(v) and v > 0)
+    c.get(t, "spread_pct", f"{f}.step_ms.spread_pct", "a non-negative number", lambda v: _num(v) and v >= 0)
+    c.get(t, "samples", f"{f}.step_ms.samples", "a positive integer", lambda v: _int(v) and v > 0)
     if not t["min"] <= t["median"] <= t["max"]:
         raise RecordError(f"{c.where}: field '{f}.step_ms' must have min <= median <= max (got {t})")
 
 
-def _check_routing(c: _Check, obj, f: str) -> None:
-    r = c.need(obj, "routing", f"{f}.routing", "an object or null", lambda v: isinstance(v, dict), nullable=True)
+def _check_routing(c: Checker, obj, f: str) -> None:
+    r = c.get(obj, "routing", f"{f}.routing", "an object or null", lambda v: isinstance(v, dict), nullable=True)
     if r is None:
         return
-    calls = c.need(r, "calls", f"{f}.routing.calls", "a non-negative integer", lambda v: _int(v) and v >= 0)
-    served = c.need(r, "served", f"{f}.routing.served", "a non-negative integer", lambda v: _int(v) and v >= 0)
-    c.need(r, "strict", f"{f}.routing.strict", "a boolean", lambda v: isinstance(v, bool))
-    c.need(r, "kernel", f"{f}.routing.kernel", "a name", _text)
+    calls = c.get(r, "calls", f"{f}.routing.calls", "a non-negative integer", lambda v: _int(v) and v >= 0)
+    served = c.get(r, "served", f"{f}.routing.served", "a non-negative integer", lambda v: _int(v) and v >= 0)
+    c.get(r, "strict", f"{f}.routing.strict", "a boolean", lambda v: isinstance(v, bool))
+    c.get(r, "kernel", f"{f}.routing.kernel", "a name", _text)
     counts = lambda v: isinstance(v, dict) and all(_text(k) and _int(n) and n > 0 for k, n in v.items())  # noqa: E731
-    modes = c.need(r, "modes", f"{f}.routing.modes", "an object of positive counts", counts)
-    fallbacks = c.need(r, "fallbacks", f"{f}.routing.fallbacks", "an object of positive counts", counts)
+    modes = c.get(r, "modes", f"{f}.routing.modes", "an object of positive counts", counts)
+    fallbacks = c.get(r, "fallbacks", f"{f}.routing.fallbacks", "an object of positive counts", counts)
     if sum(modes.values()) != served or served + sum(fallbacks.values()) != calls:
         raise RecordError(f"{c.where}: field '{f}.routing' must count every call once (calls {calls}, served "
                           f"{served}, modes {modes}, fallbacks {fallbacks})")
 
 
-def _check_case(c: _Check, name: str, case, f: str) -> None:
+def _check_case(c: Checker, name: str, case, f: str) -> None:
     if name not in BACKENDS:
         raise RecordError(f"{c.where}: field '{f}' must be one of the backends {', '.join(BACKENDS)}")
     if not isinstance(case, dict):
         raise RecordError(f"{c.where}: field '{f}' must be an object")
-    status = c.need(case, "status", f"{f}.status", f"one of {', '.join(STATUSES)}", lambda v: v in STATUSES)
-    c.need(case, "message", f"{f}.message", "a string or null", _text, nullable=True)
+    status = c.get(case, "status", f"{f}.status", f"one of {', '.join(STATUSES)}", lambda v: v in STATUSES)
+    c.get(case, "message", f"{f}.message", "a string or null", _text, nullable=True)
     _check_timing(c, case, f)
     for k in ("attention_ms", "memory_gib", "speedup_step", "speedup_attention"):
-        c.need(case, k, f"{f}.{k}", "a non-negative number or null", lambda v: _num(v) and v >= 0, nullable=True)
-    errors = c.need(case, "errors", f"{f}.errors", "an object of numbers or nulls", lambda v: isinstance(v, dict))
+        c.get(case, k, f"{f}.{k}", "a non-negative number or null", lambda v: _num(v) and v >= 0, nullable=True)
+    errors = c.get(case, "errors", f"{f}.errors", "an object of numbers or nulls", lambda v: isinstance(v, dict))
     for k, v in errors.items():
         if not _text(k) or not (v is None or (_num(v) and v >= 0)):
             raise RecordError(f"{c.where}: field '{f}.errors.{k}' must be a non-negative number or null (got {v!r})")
@@ -148,60 +117,60 @@ def _check_case(c: _Check, name: str, case, f: str) -> None:
         raise RecordError(f"{c.where}: field '{f}.message' must say why the case is '{status}'")
 
 
-def _check_model(c: _Check, key: str, model, runs: dict) -> None:
+def _check_model(c: Checker, key: str, model, runs: dict) -> None:
     f = f"models.{key}"
     if not _MODEL_RE.match(key):
         raise RecordError(f"{c.where}: field '{f}' must be a lower-case id like 'wan2.1-t2v-14b'")
-    c.need(model, "run", f"{f}.run", "the id of an entry of 'runs'", lambda v: v in runs)
+    c.get(model, "run", f"{f}.run", "the id of an entry of 'runs'", lambda v: v in runs)
     for k in ("label", "config_source", "workload"):
-        c.need(model, k, f"{f}.{k}", "a non-empty string", _text)
-    c.need(model, "library", f"{f}.library", f"one of {', '.join(LIBRARIES)}", lambda v: v in LIBRARIES)
-    c.need(model, "strict", f"{f}.strict", "a boolean", lambda v: isinstance(v, bool))
-    c.need(model, "tokens", f"{f}.tokens", "an object of positive integers",
+        c.get(model, k, f"{f}.{k}", "a non-empty string", _text)
+    c.get(model, "library", f"{f}.library", f"one of {', '.join(LIBRARIES)}", lambda v: v in LIBRARIES)
+    c.get(model, "strict", f"{f}.strict", "a boolean", lambda v: isinstance(v, bool))
+    c.get(model, "tokens", f"{f}.tokens", "an object of positive integers",
            lambda v: isinstance(v, dict) and bool(v) and all(_text(k) and _int(n) and n > 0 for k, n in v.items()))
-    c.need(model, "params", f"{f}.params", "a positive integer or null", lambda v: _int(v) and v > 0, nullable=True)
-    c.need(model, "build_s", f"{f}.build_s", "a non-negative number or null", lambda v: _num(v) and v >= 0,
+    c.get(model, "params", f"{f}.params", "a positive integer or null", lambda v: _int(v) and v > 0, nullable=True)
+    c.get(model, "build_s", f"{f}.build_s", "a non-negative number or null", lambda v: _num(v) and v >= 0,
            nullable=True)
-    calls = c.need(model, "attention_calls", f"{f}.attention_calls", "a list", lambda v: isinstance(v, list))
+    calls = c.get(model, "attention_calls", f"{f}.attention_calls", "a list", lambda v: isinstance(v, list))
     for i, call in enumerate(calls):
         g = f"{f}.attention_calls[{i}]"
         for k in ("batch", "q_heads", "kv_heads", "q_len", "k_len", "head_dim", "count"):
-            c.need(call, k, f"{g}.{k}", "a positive integer", lambda v: _int(v) and v > 0)
-        c.need(call, "causal", f"{g}.causal", "a boolean", lambda v: isinstance(v, bool))
+            c.get(call, k, f"{g}.{k}", "a positive integer", lambda v: _int(v) and v > 0)
+        c.get(call, "causal", f"{g}.causal", "a boolean", lambda v: isinstance(v, bool))
         for k in ("library", "layout", "dtype"):
-            c.need(call, k, f"{g}.{k}", "a non-empty string", _text)
-        c.need(call, "reason", f"{g}.reason", "a string or null", _text, nullable=True)
-    cases = c.need(model, "cases", f"{f}.cases", "an object with at least one backend",
+            c.get(call, k, f"{g}.{k}", "a non-empty string", _text)
+        c.get(call, "reason", f"{g}.reason", "a string or null", _text, nullable=True)
+    cases = c.get(model, "cases", f"{f}.cases", "an object with at least one backend",
                    lambda v: isinstance(v, dict) and bool(v))
     for name, case in cases.items():
         _check_case(c, name, case, f"{f}.cases.{name}")
 
 
 def validate(data, where: str = "<model record>") -> dict:
-    c = _Check(where)
+    c = Checker(where, RecordError)
     if not isinstance(data, dict):
         raise RecordError(f"{where}: the top level must be an object")
-    c.need(data, "schema_version", "schema_version", f"{SCHEMA_VERSION}", lambda v: v == SCHEMA_VERSION)
-    runs = c.need(data, "runs", "runs", "an object", lambda v: isinstance(v, dict))
+    c.get(data, "schema_version", "schema_version", f"{SCHEMA_VERSION}", lambda v: v == SCHEMA_VERSION)
+    runs = c.get(data, "runs", "runs", "an object", lambda v: isinstance(v, dict))
     for run_id, run in runs.items():
         f = f"runs.{run_id}"
         if not _RUN_ID_RE.match(run_id):
             raise RecordError(f"{where}: field '{f}' must be named like 20261201T101500Z")
-        c.need(run, "date", f"{f}.date", "a UTC time like 2026-12-01T10:15:00Z", lambda v: isinstance(v, str)
+        c.get(run, "date", f"{f}.date", "a UTC time like 2026-12-01T10:15:00Z", lambda v: isinstance(v, str)
                and bool(_DATE_RE.match(v)))
-        c.need(run, "git_commit", f"{f}.git_commit", "a 40-digit hash or null",
+        c.get(run, "git_commit", f"{f}.git_commit", "a 40-digit hash or null",
                lambda v: isinstance(v, str) and bool(_COMMIT_RE.match(v)), nullable=True)
-        c.need(run, "dirty", f"{f}.dirty", "a boolean or null", lambda v: isinstance(v, bool), nullable=True)
-        c.need(run, "dry_run", f"{f}.dry_run", "a boolean", lambda v: isinstance(v, bool))
-        c.need(run, "command", f"{f}.command", "a non-empty string", _text)
-        env = c.need(run, "environment", f"{f}.environment", "an object", lambda v: isinstance(v, dict))
+        c.get(run, "dirty", f"{f}.dirty", "a boolean or null", lambda v: isinstance(v, bool), nullable=True)
+        c.get(run, "dry_run", f"{f}.dry_run", "a boolean", lambda v: isinstance(v, bool))
+        c.get(run, "command", f"{f}.command", "a non-empty string", _text)
+        env = c.get(run, "environment", f"{f}.environment", "an object", lambda v: isinstance(v, dict))
         for k in ENV_FIELDS:
             if k == "sm_count":
-                c.need(env, k, f"{f}.environment.{k}", "a positive integer or null", lambda v: _int(v) and v > 0,
+                c.get(env, k, f"{f}.environment.{k}", "a positive integer or null", lambda v: _int(v) and v > 0,
                        nullable=True)
             else:
-                c.need(env, k, f"{f}.environment.{k}", "a string or null", _text, nullable=True)
-    models = c.need(data, "models", "models", "an object", lambda v: isinstance(v, dict))
+                c.get(env, k, f"{f}.environment.{k}", "a string or null", _text, nullable=True)
+    models = c.get(data, "models", "models", "an object", lambda v: isinstance(v, dict))
     for key, model in models.items():
         _check_model(c, key, model, runs)
     return data
@@ -251,16 +220,12 @@ def normalize(data: dict) -> dict:
 
 
 def to_json(data: dict) -> str:
-    return json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    return files.dumps(data)
 
 
 def load(path) -> dict:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{path}: not valid JSON ({err})") from None
-    return validate(data, str(path))
+    return validate(files.read_json(path, RecordError), str(path))
 
 
 def load_all(results_dir) -> dict[str, dict]:
@@ -276,18 +241,18 @@ def merge(old: dict | None, new: dict) -> dict:
             "models": {**old["models"], **new["models"]}}
 
 
+def new_run(command: str, environment: dict, *, dry_run: bool, date: str | None = None,
+            git: tuple[str | None, bool | None] | None = None) -> dict:
+    """A run of this format: runs.new_run's header, its dirty flag named ``dirty``, and ``dry_run``."""
+    run = runs.new_run(command, environment, date=date, git=git)
+    run["dirty"] = run.pop("git_dirty")
+    run["dry_run"] = bool(dry_run)
+    return run
+
+
 def dump(data: dict, path) -> None:
     """Validate, normalize and write atomically (a crash leaves the old file, never half a new one)."""
     path = Path(path)
     data = normalize(validate(data, str(path)))
     validate(data, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(to_json(data))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    files.write_atomic(path, to_json(data))
