@@ -411,24 +411,132 @@ def test_generate_is_served_end_to_end(tf_registered):
     assert report.calls == report.served == 2 * 4  # prefill + 3 one-query decode steps, 2 layers
 
 
+def eager_logits(model, ids, **kw):
+    return logits(model, ids, "eager", **kw)
+
+
+def tiny_gpt_oss():
+    """GPT-OSS's attention: sinks (s_aux) on every layer, a sliding window on the first."""
+    torch.manual_seed(0)
+    cfg = transformers.GptOssConfig(vocab_size=256, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=128, num_local_experts=4,
+                                    num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
+                                    layer_types=["sliding_attention", "full_attention"], attn_implementation="eager")
+    model = transformers.GptOssForCausalLM(cfg).to(BF16).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.copy_(torch.randn(4) * 2)  # sinks that weigh: the defect showed with them
+    return model
+
+
 @needs_tf
-def test_sliding_window_and_softcapping_fall_back_with_their_reasons(tf_registered):
+def test_attention_sinks_go_to_the_models_eager_attention_and_match_it(tf_registered):
+    """GPT-OSS passes its sinks as s_aux; SDPA would drop them (logits 73 % off in the issue's run)."""
+    model = tiny_gpt_oss()
+    ids = torch.randint(0, 256, (2, 12))
+    ref = eager_logits(model, ids)
+    with routing.track() as report:
+        out = logits(model, ids, "hopattn")
+    assert torch.equal(out, ref)
+    assert report.served == 0 and report.fallbacks == {"attention sinks (s_aux)": 2}
+    assert "2 sent to the model's eager attention: attention sinks (s_aux)" in report.summary()
+    with pytest.raises(RoutingError, match="attention sinks"), routing.track(strict=True):
+        logits(model, ids, "hopattn")
+
+
+@needs_tf
+def test_softcapping_goes_to_eager_and_the_sliding_window_to_sdpa_each_matching_the_model(tf_registered):
     torch.manual_seed(0)
     cfg = transformers.Gemma2Config(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                     num_attention_heads=2, num_key_value_heads=1, head_dim=128, sliding_window=4,
-                                    attn_logit_softcapping=50.0, attn_implementation="sdpa")
+                                    attn_logit_softcapping=5.0, attn_implementation="eager")
     model = transformers.Gemma2ForCausalLM(cfg).to(BF16).eval()
     ids = torch.randint(0, 256, (1, 16))
+    ref = eager_logits(model, ids)
     with routing.track() as report:
-        logits(model, ids, "hopattn")
-    assert report.served == 0 and report.fell_back == 2
-    assert all(r.startswith("logit softcapping") for r in report.fallbacks)
-    no_cap = transformers.Gemma2Config(**{**cfg.to_dict(), "attn_logit_softcapping": None})
-    model = transformers.Gemma2ForCausalLM(no_cap).to(BF16).eval()
+        out = logits(model, ids, "hopattn")
+    assert torch.equal(out, ref) and report.fallbacks == {"logit softcapping (softcap)": 2}
+    no_cap = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**{**cfg.to_dict(),
+                                                                          "attn_logit_softcapping": None}))
+    no_cap = no_cap.to(BF16).eval()
+    ref = eager_logits(no_cap, ids)
     with routing.track() as report:
-        logits(model, ids, "hopattn")
-    # layer 0 slides a 4-key window over 16 keys; layer 1 is full causal attention and is served
-    assert report.served == 1 and report.fallbacks == {"sliding window 4 over 16 keys": 1}
+        out = logits(no_cap, ids, "hopattn")
+    # layer 0's window is in the mask SDPA is given; layer 1 (full causal) is served
+    assert report.fallbacks == {"sliding window 4 over 16 keys": 1} and report.served == 1
+    assert report.targets == {"sliding window 4 over 16 keys": "SDPA"}
+    assert rel_err(out, ref) < 2e-2
+
+
+@needs_tf
+def test_position_bias_goes_to_sdpa_which_honours_it(tf_registered):
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=256, d_model=256, d_kv=128, d_ff=512, num_layers=2, num_heads=2,
+                                attn_implementation="eager")
+    eager = transformers.T5ForConditionalGeneration(cfg).to(BF16).eval()
+    # T5's stacks keep copies of the config: the implementation is chosen when the model is built
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(**{**cfg.to_dict(),
+                                                                             "attn_implementation": "hopattn"}))
+    model = model.to(BF16).eval()
+    model.load_state_dict(eager.state_dict())
+    ids, dec = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 6))
+    with torch.no_grad():
+        ref = eager(input_ids=ids, decoder_input_ids=dec).logits
+        with routing.track() as report:
+            out = model(input_ids=ids, decoder_input_ids=dec).logits
+    assert report.served == 0 and set(report.fallbacks) == {"position bias (position_bias)"}
+    assert rel_err(out, ref) < 2e-2
+
+
+@needs_tf
+def test_attention_weights_requested_go_to_eager(tf_registered):
+    model = tiny_llama()
+    ids = torch.randint(0, 256, (1, 8))
+    model.set_attn_implementation("hopattn")
+    with torch.no_grad(), routing.track() as report:
+        out = model(ids, output_attentions=True)
+    assert report.fallbacks == {"attention weights requested (output_attentions)": 2}
+    assert out.attentions is not None and out.attentions[0].shape == (1, 4, 8, 8)
+
+
+@needs_tf
+def test_an_argument_the_glue_does_not_know_goes_to_eager(tf_registered):
+    model = tiny_llama()
+    attention = transformers.AttentionInterface._global_mapping["hopattn"]
+    module = model.model.layers[0].self_attn
+    q = torch.randn(1, 4, 8, 128, dtype=BF16)
+    kv = torch.randn(1, 2, 8, 128, dtype=BF16)
+    with routing.track() as report:
+        out, weights = attention(module, q, kv, kv, None, scaling=0.1, new_bias=torch.zeros(1))
+    assert report.fallbacks == {"argument new_bias (not known to hopattn)": 1}
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    causal = torch.zeros(8, 8, dtype=BF16).masked_fill(~torch.ones(8, 8, dtype=torch.bool).tril(), -3.0e38)
+    want, _ = eager_attention_forward(module, q, kv, kv, causal[None, None], scaling=0.1)
+    assert torch.equal(out, want) and weights is not None
+
+
+@needs_tf
+def test_calls_that_need_a_gradient_fall_back_and_train(tf_registered):
+    """Until hopattn has a backward, a training step is served by SDPA: counted, and its gradients are
+    SDPA's (the call never reaches the kernel, so backward cannot fail later)."""
+    model = tiny_llama()
+    ids = torch.randint(0, 256, (2, 12))
+
+    def grads(impl):
+        model.set_attn_implementation(impl)
+        model.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    ref = grads("sdpa")
+    with routing.track() as report:
+        got = grads("hopattn")
+    assert report.served == 0 and report.fallbacks == {routing.NEEDS_GRAD: 2}
+    assert all(torch.equal(a, b) for a, b in zip(got, ref)) and len(got) == len(ref)
+    with torch.no_grad(), routing.track() as report:  # the same model in inference: served
+        model(ids)
+    assert report.served == 2
 
 
 # --- diffusers ----------------------------------------------------------------------------------
@@ -482,9 +590,51 @@ def test_diffusers_backend_name_is_added_and_accepted(df_registered):
         model(**wan_inputs())
     assert report.calls == 0
     hop_df.unregister()
-    with pytest.raises(ValueError, match="not registered"):
+    with pytest.raises(ValueError, match="not registered|not a valid"):
         with ad.attention_backend("hopattn"):
             pass
+
+
+@needs_df
+def test_unregister_leaves_nothing_usable_behind(monkeypatch):
+    kern, _ = cpu_hopattn(monkeypatch, gqa=True)
+    hop_df.register(kernel=kern)
+    switched = tiny_wan()
+    switched.set_attention_backend("hopattn")
+    hop_df.unregister()
+    assert "hopattn" not in {m.value for m in ad.AttentionBackendName}
+    with pytest.raises(ValueError, match="must be one of"):
+        tiny_wan().set_attention_backend("hopattn")
+    with pytest.raises(RuntimeError, match=r"was unregistered.*set_attention_backend\('native'\)"):
+        with torch.no_grad():
+            switched(**wan_inputs())
+    hop_df.register(kernel=kern)  # and back: the model switched before works again
+    try:
+        with torch.no_grad(), routing.track(strict=True) as report:
+            switched(**wan_inputs())
+        assert report.served == 4
+    finally:
+        hop_df.unregister()
+
+
+@needs_df
+def test_diffusers_calls_that_need_a_gradient_fall_back_to_native(df_registered):
+    model = tiny_wan()
+    inputs = wan_inputs()
+    inputs["hidden_states"].requires_grad_()
+
+    def grad(backend):
+        inputs["hidden_states"].grad = None
+        with ad.attention_backend(backend):
+            model(**inputs)[0].float().square().mean().backward()
+        return inputs["hidden_states"].grad.clone()
+
+    ref = grad("native")
+    with routing.track() as report:
+        got = grad("hopattn")
+    assert report.served == 0 and report.fallbacks == {routing.NEEDS_GRAD: 4}
+    assert "sent to diffusers' native backend" in report.summary()
+    assert torch.equal(got, ref)
 
 
 @needs_df

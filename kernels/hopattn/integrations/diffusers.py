@@ -12,8 +12,13 @@ adds a member for ``name`` (a str-valued Enum member like the others) before reg
 function under it. ``set_attention_backend`` and ``attention_backend`` then accept the name.
 
 The tensors are passed to the kernel in place (layout "bshd"). Calls it cannot serve (a padding
-mask, head dim 64 as in LTX-2's audio attention, fp16/fp32, dropout, context parallelism) go to
-diffusers' native SDPA backend and are counted (strict=False) or raise RoutingError (strict=True).
+mask, head dim 64 as in LTX-2's audio attention, fp16/fp32, dropout, context parallelism, a call
+that needs a gradient) go to diffusers' native SDPA backend with every argument the model passed,
+and are counted (strict=False) or raise RoutingError (strict=True).
+
+``unregister`` takes the name out of ``AttentionBackendName`` again, so ``set_attention_backend``
+refuses it with diffusers' own error; a model that was switched to it before keeps a backend that
+raises an error naming the fix.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from . import masks, routing
 from .kernels import Kernel, hopattn_kernel
 
 LIBRARY = "diffusers"
+NATIVE = "diffusers' native backend"
 
 
 def backend_name(name: str):
@@ -65,10 +71,29 @@ def unregister(name: str = "hopattn") -> None:
     member = Names._value2member_map_.get(name)
     if member is None:
         return
-    for table in (registry._backends, registry._constraints, registry._supported_arg_names):
-        table.pop(member, None)
+    # Attention processors keep the member they were set to: their next call gets this error, not a
+    # bare KeyError from the registry.
+    registry.register(member, constraints=[])(_unregistered(name))
     if registry._active_backend == member:
         registry._active_backend = Names.NATIVE
+    _remove_member(Names, member)
+
+
+def _unregistered(name: str):
+    def attention(**kwargs):
+        raise RuntimeError(f"the diffusers attention backend {name!r} was unregistered "
+                           f"(hopattn.integrations.diffusers.unregister()); switch the model to another backend "
+                           f"(model.set_attention_backend('native')) or register it again "
+                           f"(hopattn.integrations.diffusers.register())")
+    return attention
+
+
+def _remove_member(enum_cls, member) -> None:
+    """Undo _add_member: the value is no longer found by value, by name or in iteration."""
+    enum_cls._value2member_map_.pop(member._value_, None)
+    enum_cls._member_map_.pop(member._name_, None)
+    if member._name_ in enum_cls._member_names_:
+        enum_cls._member_names_.remove(member._name_)
 
 
 def make_backend(kernel: Kernel, strict: bool):
@@ -86,8 +111,10 @@ def make_backend(kernel: Kernel, strict: bool):
         reason = reason or kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal)
         if reason is None and scale is not None and not (math.isfinite(scale) and scale > 0):
             reason = f"scale {scale} (the kernel takes a positive scale)"
+        if reason is None and routing.needs_grad(query, key, value):
+            reason = routing.NEEDS_GRAD
         if reason is not None:
-            routing.refuse_or_record(kernel.name, shape, reason, strict)
+            routing.refuse_or_record(kernel.name, shape, reason, strict, target=NATIVE)
             return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
                           _parallel_config=_parallel_config)

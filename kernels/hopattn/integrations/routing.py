@@ -6,7 +6,8 @@
 
 Every call that reaches an integration (transformers' AttentionInterface, diffusers' attention
 dispatch) is recorded in each active report: served (directly, or after repeating K/V heads for a
-kernel without GQA, or after a copy into a layout the kernel reads) or sent to SDPA with its reason.
+kernel without GQA, or after a copy into a layout the kernel reads) or sent, with its reason, to an
+implementation that honours every argument of the call (SDPA, or the model's eager attention).
 A strict report refuses, at the call, anything the kernel cannot serve, and fails on exit if any call
 fell back or if no call came through at all (the model was never switched to hopattn).
 """
@@ -19,6 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+
+# Why a call that needs a gradient is not served (yet): the kernel has no backward.
+NEEDS_GRAD = "gradient needed (hopattn has no backward yet)"
 
 # How a served call reached the kernel.
 DIRECT = "direct"  # the tensors as the model made them
@@ -67,14 +71,15 @@ class RoutingReport:
     calls: int = 0
     served: int = 0
     modes: Counter = field(default_factory=Counter)  # DIRECT / REPEAT_KV / COPIED -> served calls
-    fallbacks: Counter = field(default_factory=Counter)  # reason -> calls sent to SDPA
+    fallbacks: Counter = field(default_factory=Counter)  # reason -> calls sent elsewhere
     shapes: Counter = field(default_factory=Counter)  # (CallShape, reason or None) -> calls
+    targets: dict = field(default_factory=dict)  # reason -> where those calls went (SDPA, eager, ...)
 
     @property
     def fell_back(self) -> int:
         return sum(self.fallbacks.values())
 
-    def _add(self, shape: CallShape, mode: str | None, reason: str | None) -> None:
+    def _add(self, shape: CallShape, mode: str | None, reason: str | None, target: str) -> None:
         self.calls += 1
         self.shapes[(shape, reason)] += 1
         if reason is None:
@@ -82,6 +87,7 @@ class RoutingReport:
             self.modes[mode] += 1
         else:
             self.fallbacks[reason] += 1
+            self.targets[reason] = target
 
     def summary(self) -> str:
         text = f"{self.calls} attention calls: {self.served} served by {self.kernel}"
@@ -89,7 +95,7 @@ class RoutingReport:
         if repeated:
             text += f" ({repeated} after repeating K/V heads)"
         for reason, n in sorted(self.fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
-            text += f"; {n} sent to SDPA: {reason}"
+            text += f"; {n} sent to {self.targets.get(reason, 'SDPA')}: {reason}"
         return text
 
     def to_dict(self) -> dict:
@@ -139,21 +145,27 @@ def shape_of(library: str, q: torch.Tensor, k: torch.Tensor, causal: bool, layou
                      dtype=str(q.dtype).removeprefix("torch."))
 
 
-def record(shape: CallShape, mode: str | None = None, reason: str | None = None) -> None:
+def record(shape: CallShape, mode: str | None = None, reason: str | None = None, target: str = "SDPA") -> None:
     with _LOCK:
         reports = list(_ACTIVE)
     for r in reports:
-        r._add(shape, mode, reason)
+        r._add(shape, mode, reason, target)
 
 
-def refuse_or_record(kernel_name: str, shape: CallShape, reason: str, strict: bool) -> None:
-    """A call the kernel cannot serve: raise in strict mode, else count it (the caller runs SDPA)."""
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd would record this call: grad mode on and some input that requires grad."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def refuse_or_record(kernel_name: str, shape: CallShape, reason: str, strict: bool, target: str = "SDPA") -> None:
+    """A call the kernel cannot serve: raise in strict mode, else count it (the caller runs `target`,
+    an implementation that honours every argument of the call)."""
     if strict or strict_active():
         raise RoutingError(
             f"{kernel_name} (strict) cannot serve this {shape.library} attention call [{shape.describe()}]: "
-            f"{reason}. Register with strict=False to send such calls to SDPA, counted in "
+            f"{reason}. Register with strict=False to send such calls to {target}, counted in "
             f"hopattn.integrations.routing.track() reports.", reason)
-    record(shape, reason=reason)
+    record(shape, reason=reason, target=target)
 
 
 def serve(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,

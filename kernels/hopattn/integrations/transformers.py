@@ -11,13 +11,21 @@ without a mask function of its own, transformers passes a custom implementation 
 padding would be lost in silence. With SDPA's, the mask is None exactly when SDPA itself would rely
 on ``is_causal``, and materialized otherwise — then it is served if it is the causal pattern or empty.
 
-Calls the kernel cannot serve go to transformers' own SDPA function, unchanged, and are counted
-(strict=False), or raise RoutingError naming the reason (strict=True).
+Calls the kernel cannot serve are counted with their reason (strict=False), or raise RoutingError
+naming it (strict=True). A fallback keeps every argument the model passed: calls whose arguments
+SDPA honours (masks, dropout, scaling, position bias) go to transformers' own SDPA function,
+unchanged; calls with an argument SDPA would drop (attention sinks, logit softcapping, a request
+for the attention weights, or an argument this glue does not know) go to the model's own eager
+attention function, with the mask in the additive form eager expects. A call that needs a gradient
+(grad mode on, an input that requires grad) is not served until hopattn has a backward.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+
+import torch
 
 from . import masks, routing
 from .kernels import Kernel, hopattn_kernel
@@ -47,19 +55,37 @@ def unregister(name: str = "hopattn") -> None:
     AttentionMaskInterface._global_mapping.pop(name, None)
 
 
+# Keyword arguments models pass (transformers 5.17) that change what attention computes and that SDPA
+# ignores: only the model's own eager attention honours them. A value of None, 0 or False switches
+# one off.
+EAGER_ONLY = {"s_aux": "attention sinks", "softcap": "logit softcapping",
+              "output_attentions": "attention weights requested"}
+# Keyword arguments that say nothing the kernel, given the mask, would get wrong: positions and
+# packed-sequence bounds (the mask already holds the packing), and the flags of the model's forward.
+PASSIVE = {"position_ids", "cache_position", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
+           "output_hidden_states", "use_cache", "past_key_values", "return_dict", "sliding_window", "position_bias",
+           "layer_idx", "indices"}
+SDPA = "SDPA"
+EAGER = "the model's eager attention"
+
+
 def make_attention_function(kernel: Kernel, strict: bool):
     """The function transformers calls: (module, q, k, v, mask, ...) with BHSD q, k, v; returns
-    (attention output BSHD, None)."""
+    (attention output BSHD, None), or what the fallback returns."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-        causal, keys, reason = _plan(module, query, key, attention_mask, dropout, is_causal, kwargs)
+        causal, keys, reason, target = _plan(module, query, key, attention_mask, dropout, is_causal, kwargs)
         shape = routing.shape_of(LIBRARY, query, key[:, :, :keys], causal, "bhsd")
         reason = reason or kernel.unsupported(query, key, value, causal)
         if reason is None and scaling is not None and not (math.isfinite(scaling) and scaling > 0):
             reason = f"scale {scaling} (the kernel takes a positive scale)"
+        if reason is None and routing.needs_grad(query, key, value):
+            reason = routing.NEEDS_GRAD
         if reason is not None:
-            routing.refuse_or_record(kernel.name, shape, reason, strict)
+            routing.refuse_or_record(kernel.name, shape, reason, strict, target=target)
+            if target == EAGER:
+                return _eager(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
             return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                           scaling=scaling, is_causal=is_causal, **kwargs)
         if keys < key.shape[2]:
@@ -73,35 +99,63 @@ def make_attention_function(kernel: Kernel, strict: bool):
     return attention
 
 
-def _plan(module, query, key, mask, dropout, is_causal, kwargs) -> tuple[bool, int, str | None]:
-    """(causal, keys to keep, reason the call cannot be served or None)."""
+def _eager(module, query, key, value, mask, dropout, scaling, is_causal, kwargs):
+    """The model's own eager attention (``eager_attention_forward`` of the module's modeling file),
+    given what the model gave this call. The mask comes in SDPA's form (True = attend, or None for
+    plain causal or full attention, which SDPA's is_causal rule decides): eager adds it to the scores."""
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None:
+        raise routing.RoutingError(f"{type(module).__name__}: this attention call needs the model's eager attention "
+                                   f"(an argument SDPA would drop), and {type(module).__module__} has none; use "
+                                   f"attn_implementation='eager' for this model")
+    q_len, k_len = query.shape[2], key.shape[2]
+    if mask is None:
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        if causal and q_len > 1:  # SDPA's is_causal: top-left aligned
+            mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril()[None, None]
+    if mask is not None and mask.dtype == torch.bool:
+        additive = torch.zeros(mask.shape, dtype=query.dtype, device=query.device)
+        mask = additive.masked_fill(~mask, torch.finfo(query.dtype).min)
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    extra = dict(kwargs) if is_causal is None else dict(kwargs, is_causal=is_causal)
+    return eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **extra)
+
+
+def _plan(module, query, key, mask, dropout, is_causal, kwargs) -> tuple[bool, int, str | None, str]:
+    """(causal, keys to keep, reason the call cannot be served or None, where it goes if not: SDPA
+    or EAGER, whichever honours every argument it carries)."""
     q_len, k_len = query.shape[2], key.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     keys = k_len
+    for arg, value in kwargs.items():
+        if value is None or value is False or (isinstance(value, (int, float)) and value == 0):
+            continue  # switched off
+        if arg in EAGER_ONLY:
+            return causal, keys, f"{EAGER_ONLY[arg]} ({arg})", EAGER
+        if arg not in PASSIVE:
+            return causal, keys, f"argument {arg} (not known to hopattn)", EAGER
     if dropout:
-        return causal, keys, f"dropout {dropout} (the kernel has none)"
-    for arg, what in (("softcap", "logit softcapping"), ("s_aux", "attention sinks"),
-                      ("position_bias", "position bias")):
-        value = kwargs.get(arg)
-        if value is not None and not (isinstance(value, (int, float)) and value == 0):  # 0: switched off
-            return causal, keys, f"{what} ({arg})"
+        return causal, keys, f"dropout {dropout} (the kernel has none)", SDPA
+    position_bias = kwargs.get("position_bias")
+    if position_bias is not None:
+        return causal, keys, "position bias (position_bias)", SDPA
     window = kwargs.get("sliding_window")
-    if window is not None and 0 < window < k_len:
-        return causal, keys, f"sliding window {window} over {k_len} keys"
+    if window is not None and 0 < window < k_len:  # the mask holds the window: SDPA honours it
+        return causal, keys, f"sliding window {window} over {k_len} keys", SDPA
     verdict = masks.classify(mask, q_len, k_len)
     if verdict == masks.OTHER:
-        return causal, keys, "attention mask (padding or another pattern than causal)"
+        return causal, keys, "attention mask (padding or another pattern than causal)", SDPA
     if verdict == masks.CAUSAL:
-        return True, keys, None
+        return True, keys, None, SDPA
     if mask is not None:
-        return False, keys, None  # a mask that masks nothing: SDPA too runs it as full attention
+        return False, keys, None, SDPA  # a mask that masks nothing: SDPA too runs it as full attention
     # No mask: SDPA's rule (transformers' sdpa_attention): causal only for more than one query, top-left.
     causal = bool(causal) and q_len > 1
     if causal:
         keys, reason = masks.top_left_causal(q_len, k_len)
         if reason:
-            return causal, k_len, reason
-    return causal, keys, None
+            return causal, k_len, reason, SDPA
+    return causal, keys, None, SDPA
 
 
 def _run(kernel: Kernel, query, key, value, causal: bool, scale: float):
