@@ -20,6 +20,7 @@ PALETTE = {
     "load": "#d9822b", "tensor": "#3b6fd6", "softmax": "#c2418f", "epilogue": "#0f8b9c",
     "bar": "#b23b3b", "accent": "#e0a100", "ok": "#2e9e6a", "skip": "#c9ced8", "mask": "#e0a100",
     "warp": "#6b7a99",
+    "store": "#5f8a00",  # the TMA store of O (stage 15 on): apart from the epilogue's red and the operands
     # warp roles: muted tones, apart from the saturated operand colours above
     "producer": "#8a7a12", "consumer": "#4f6282", "consumer2": "#8c5f4a",
     # what changed against the previous stage (a highlighter behind the item, a tag beside it)

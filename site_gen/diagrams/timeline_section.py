@@ -14,7 +14,7 @@ from hopattn import lineage
 from hopattn.records import traces
 
 from ..html import esc, inline_markdown, tabbed
-from . import rates, schedule, trace_lanes
+from . import rates, schedule, timeline_focus, trace_lanes
 from .diagram import Diagram
 from .section import figures
 from .timeline import measured_window, model_window_diagram, own_window, timeline_diagram
@@ -79,6 +79,7 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: d
     prediction for the same window; the model's own window when nothing is recorded. ``prev``:
     {causal: (previous stage's id, its record's stats)}. A pure function of the spec and records."""
     out = []
+    view = timeline_focus.focus(stage).view
     for rec, suffix in ((record, ""), (causal_record, "-causal")):
         if rec is None:
             continue
@@ -87,7 +88,7 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: d
         win = measured_window(stage, before, after) if before else own_window(stage)
         causal = bool(suffix)
         against = (prev or {}).get(causal)
-        out += [trace_diagram(stage, rec, causal=causal, prev=against),
+        out += [trace_diagram(stage, rec, causal=causal, prev=against, view=view),
                 trace_diagram(stage, rec, every_warp=True, causal=causal),
                 model_window_diagram(stage, win, lay.length * 1e-9, f"s{stage.id}-model{suffix}")]
     if not out:
@@ -103,7 +104,8 @@ def stage_section(stage, prev, inp, site, cache) -> str:
     # the previous stage's trace of the same mask, else its non-causal one (named so in the figure)
     # ... in this stage's record's clock: the same cycles, as each record's clock makes them nanoseconds
     mine = {False: record, True: causal_record}
-    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", at_clock(r, mine[c] or r))
+    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", at_clock(r, mine[c] or r),
+                   boundary_at_clock(r, mine[c] or r))
                for c, r in prev_records.items() if r is not None}
     drawn = _drawn(stage, record, causal_record, against, cache)
     by_id = {d.id: d for d in drawn}
@@ -113,11 +115,11 @@ def stage_section(stage, prev, inp, site, cache) -> str:
                 + figures([by_id[f"s{stage.id}-timeline"]], site, depth=2))
         return _wrap(stage, site, html)
     tabs = []
-    for rec, suffix in ((record, ""), (causal_record, "-causal")):
+    for rec, suffix in _tab_order(stage, record, causal_record):
         if rec is None:
             continue
         prev_rec = prev_records[rec["causal"]]
-        body = [_stale(stage, rec, inp.trace_gpu),
+        body = [_stale(stage, rec, inp.trace_gpu), _focus_note(stage),
                 _wide(figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2)),
                 _wide(figures([by_id[f"s{stage.id}-model{suffix}"]], site, depth=2)),
                 _comparison(stage, rec),
@@ -135,6 +137,18 @@ def _wide(html: str) -> str:
     return html.replace('<div class="hd-figure-svg">',
                         f'<div class="hd-figure-svg" style="overflow-x: auto"><div style="min-width: {MIN_WIDTH}px">',
                         1).replace("</svg></div>", "</svg></div></div>", 1)
+
+
+def _tab_order(stage, record, causal_record) -> tuple:
+    """(record, suffix) pairs in the order the tabs show them: the causal trace first for a stage
+    whose change is the causal path (timeline_focus.py), else the non-causal one."""
+    pairs = ((record, ""), (causal_record, "-causal"))
+    return pairs[::-1] if timeline_focus.focus(stage).causal_first and causal_record is not None else pairs
+
+
+def _focus_note(stage) -> str:
+    why = timeline_focus.focus(stage).why
+    return _p(f"*Where this timeline looks:* {why}.") if why else ""
 
 
 def _folded(summary: str, html: str) -> str:
@@ -228,6 +242,13 @@ def at_clock(record: dict, to: dict) -> dict:
     f = record.get("clock_mhz", 1.0) / to.get("clock_mhz", 1.0) if "clock_mhz" in record and "clock_mhz" in to else 1.0
     return {e: {**v, "median_ns": round(v["median_ns"] * f, 1), "total_ns": round(v["total_ns"] * f, 1)}
             for e, v in record["stats"].items()}
+
+
+def boundary_at_clock(record: dict, to: dict) -> list[tuple[str, float]]:
+    """A record's tile-boundary stretches (trace_lanes.boundary_stretches) in another record's
+    clock, as at_clock does for the event statistics."""
+    f = record.get("clock_mhz", 1.0) / to.get("clock_mhz", 1.0) if "clock_mhz" in record and "clock_mhz" in to else 1.0
+    return [(label, round(ns * f, 1)) for label, ns in trace_lanes.boundary_stretches(trace_lanes.layout(record))]
 
 
 def _event_table(prev, record: dict, prev_record: dict | None) -> str:

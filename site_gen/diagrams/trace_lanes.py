@@ -273,3 +273,83 @@ def moved_events(stats: dict, prev_stats: dict, shown: int = 3) -> tuple[list[tu
                 moved.append((abs(mine["median_ns"] - theirs["median_ns"]), event, mine["median_ns"], theirs["median_ns"]))
     moved.sort(key=lambda m: (-m[0], m[1]))
     return [(e, m, t) for _, e, m, t in moved[:shown]], new
+
+
+def lead_lanes(lay: Layout, row: int = 0) -> list[Lane]:
+    """The first lane of each computing role on a row (consumer 0's and consumer 1's lead warps)."""
+    out, seen = [], set()
+    for ln in lay.lanes:
+        if ln.row == row and ln.role in lay.gemm_roles and ln.role not in seen:
+            seen.add(ln.role)
+            out.append(ln)
+    return out
+
+
+def first_boundary(lay: Layout, row: int = 0) -> Boundary | None:
+    return min((b for b in lay.boundaries if b.row == row), key=lambda b: b.t, default=None)
+
+
+def boundary_zoom(lay: Layout, per_step: float | None) -> tuple[float, float] | None:
+    """Row 0's first tile boundary, for the magnified panel of a stage whose change is there: from a
+    third of a step before the first computing warp's last PV of the tile before retired, to a step
+    and a fifth after the last one's first QKᵀ of the next tile (its first softmax). None without a
+    boundary whose both sides the window holds."""
+    ends = [(old, new) for _label, old, new in _boundary_sides(lay)]
+    if not per_step or not ends:
+        return None
+    start = max(0.0, min(old for old, _ in ends) - per_step / 3)
+    end = min(lay.length, max(new for _, new in ends) + 1.2 * per_step)
+    return (start, end) if end - start < 0.8 * lay.length else None
+
+
+def _boundary_sides(lay: Layout) -> list[tuple[str, float, float]]:
+    """(role, last PV of the tile before retired, next tile's first QKᵀ issued) for each computing
+    role's lead warp at row 0's first boundary."""
+    bd = first_boundary(lay)
+    if bd is None:
+        return []
+    out = []
+    for ln in lead_lanes(lay):
+        old, new = _sides(ln, bd)
+        retired = [b.end for b in old if b.event == "wait_pv"]
+        first_qk = next((b.start for b in new if b.event == "qk"), None)
+        if retired and first_qk is not None:
+            out.append((role_label(ln.role), retired[-1], first_qk))
+    return out
+
+
+def _sides(ln: Lane, bd: Boundary) -> tuple[list[Bar], list[Bar]]:
+    """A lane's bars of the tile before a boundary and of the tile after it."""
+    if bd.new_cta:
+        old = [b for b in ln.bars if b.start < bd.t]
+        new = [b for b in ln.bars if b.start >= bd.t - 1e-6]
+    else:
+        old = [b for b in ln.bars if b.slot == bd.slot and b.tile is not None and b.tile < (bd.tile or 0)]
+        new = [b for b in ln.bars if b.start >= bd.t - 1e-6 and b.tile == bd.tile]
+    return old, new
+
+
+def boundary_stretches(lay: Layout) -> list[tuple[str, float]]:
+    """What row 0's first tile boundary is made of, in ns, as (label, duration) of each computing
+    role's lead warp: from the last PV of the tile before retired to the next tile's first QKᵀ
+    issued (the tensor cores get nothing from that warp in between), and for the first role its
+    epilogue, the stretch from the epilogue's end to the wait for Q (the store, the next tile's id and
+    coordinates), and, where the warp waits for a tile id, from reading it to the wait for Q."""
+    bd = first_boundary(lay)
+    if bd is None:
+        return []
+    out = [(f"{name}: last PV retired → next tile's first QKᵀ", first_qk - retired)
+           for name, retired, first_qk in _boundary_sides(lay)]
+    for ln in lead_lanes(lay)[:1]:
+        old, new = _sides(ln, bd)
+        name = role_label(ln.role)
+        epi = [b for b in old if b.event == "epilogue"]
+        wait_q = next((b for b in new if b.event == "wait_q"), None)
+        if epi:
+            out.append((f"{name}: epilogue", epi[-1].end - epi[-1].start))
+            if wait_q is not None:
+                out.append((f"{name}: epilogue's end → wait for Q", wait_q.start - epi[-1].end))
+        tile_id = next((b for b in new if b.event == "wait_tile"), None)
+        if tile_id is not None and wait_q is not None:
+            out.append((f"{name}: tile id read → wait for Q", wait_q.start - tile_id.end))
+    return [(label, ns) for label, ns in out if ns >= 0]

@@ -24,7 +24,7 @@ FONT = 13  # the smallest text: 12 px or more at the column's width (and at time
 COLOUR = {"load_q": "q", "load_k": "k", "load_v": "v", "load_kv": "k", "wait_q": "q", "wait_k": "k",
           "wait_v": "v", "wait_kv": "k", "wait_empty": "stroke", "wait_turn": "fg", "wait_tile": "accent",
           "qk": "s", "wait_qk": "s", "softmax": "p", "rescale": "accent", "pv": "o", "wait_pv": "o",
-          "epilogue": "bar", "store": "bar"}
+          "epilogue": "bar", "store": "store"}
 NAME = {"load_q": "load Q", "load_k": "load K", "load_v": "load V", "load_kv": "load K and V",
         "wait_q": "wait for Q", "wait_k": "wait for K", "wait_v": "wait for V", "wait_kv": "wait for K/V",
         "wait_empty": "wait for a free buffer", "wait_turn": "wait for its turn",
@@ -59,11 +59,16 @@ def lane_label(lane) -> tuple[str, str]:
 
 
 def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool = False,
-                  prev: tuple[str, dict] | None = None) -> Diagram:
+                  prev: tuple | None = None, view: str = "loop") -> Diagram:
     """``prev``: (the previous stage's name in the text, e.g. "16" or "16, non-causal"; its record's
-    per-event stats), for a strip that sets the events that changed most against it."""
+    per-event stats; optionally its tile boundary's stretches, trace_lanes.boundary_stretches, in
+    this record's clock), for a strip that sets this stage against it. ``view``: "loop" magnifies the
+    K/V loop's steady state and the strip shows the events that moved most; "boundary" magnifies the
+    first tile boundary and the strip shows what the boundary is made of (timeline_focus.py)."""
     lay = trace_lanes.layout(record, every_warp)
-    zoom = trace_lanes.zoom(lay, record.get("per_step_ns"))
+    zoom = trace_lanes.boundary_zoom(lay, record.get("per_step_ns")) if view == "boundary" else None
+    boundary = zoom is not None
+    zoom = zoom or trace_lanes.zoom(lay, record.get("per_step_ns"))
     suffix = ("-causal" if causal else "") + ("-warps" if every_warp else "")
     did = f"s{stage.id}-trace{suffix}"
     wgmma = any(ln.spans for ln in lay.lanes)
@@ -73,7 +78,8 @@ def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool
     n_bars = sum(len(ln.bars) for ln in lay.lanes)
     desc = (f"Per-warp trace of stage {stage.id} on one H200 SM, {mask}, batch {shape['batch']}, heads "
             f"{shape['heads']}, length {shape['len_q']}: {len(lay.lanes)} lanes, {n_bars} recorded events in a "
-            f"window of {fmt_ns(lay.length)}{', with a magnified stretch of its steady state' if zoom else ''}. "
+            f"window of {fmt_ns(lay.length)}"
+            f"{'' if not zoom else ', with its tile boundary magnified' if boundary else ', with a magnified stretch of its steady state'}. "
             "Solid bars are work, hatched bars are waits.")
     c = Canvas(did, W, 100, title, desc)  # the height is known once everything is placed
     hatch = _Hatches(c)
@@ -81,13 +87,16 @@ def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool
     c.text(12, 40, _window_line(record, lay), size=FONT, fill="muted")
     y = _panel(c, hatch, lay, "all", 0.0, lay.length, 50, wgmma, zoom=zoom)
     if zoom:
-        c.text(12, y + 26, f"Magnified: {fmt_ns(zoom[1] - zoom[0])} of the steady state "
+        what = "around the first tile boundary" if boundary else "of the steady state"
+        c.text(12, y + 26, f"Magnified: {fmt_ns(zoom[1] - zoom[0])} {what} "
                            f"({zoom[0] / 1000:.2f}–{zoom[1] / 1000:.2f} µs of the window)", size=13, weight="600")
         y = _panel(c, hatch, lay, "zoom", zoom[0], zoom[1], y + 34, wgmma)
     rows = _legend_rows(_legend_items(lay, wgmma))
     _legend(c, hatch, rows, y + 24)
     y += 24 + 22 * len(rows)
-    if prev is not None:
+    if prev is not None and boundary and not every_warp:
+        y = _against_boundary(c, trace_lanes.boundary_stretches(lay), prev, y + 14)
+    elif prev is not None:
         y = _against(c, hatch, record["stats"], prev, y + 14, wgmma)
     c.height = int(y)
     cap = _caption(stage, record, lay, every_warp, wgmma)
@@ -258,10 +267,46 @@ def _span(c: Canvas, g, s, sy: float, t0: float, scale: float, t1: float, who: s
                       f"retired by {s.end / 1000:.3f} µs ({fmt_ns(s.end - s.start)})")
 
 
-def _against(c: Canvas, hatch, stats: dict, prev: tuple[str, dict], y: float, wgmma: bool) -> float:
+def _against_boundary(c: Canvas, mine: list[tuple[str, float]], prev: tuple, y: float) -> float:
+    """What the first tile boundary is made of (trace_lanes.boundary_stretches), against the same
+    stretches of the previous stage's record: a solid bar for this stage over an outlined one for
+    the previous, on one scale per stretch; returns the y below."""
+    pid = prev[0]
+    theirs = dict(prev[2]) if len(prev) > 2 and prev[2] else {}
+    c.text(12, y, f"Against stage {pid}: the tile boundary, stretch by stretch (the first boundary of each window)",
+           size=13, weight="600")
+    y += 10
+    rows = []
+    for label, ns in mine:
+        other = theirs.get(label)
+        text = (f"{fmt_ns(ns)} against {fmt_ns(other)} ({ns / other:.2f}×)" if other else
+                f"{fmt_ns(ns)}; stage {pid}: none")
+        rows.append((label, ns, other, text))
+    label_w = max((text_width(label, FONT) for label, *_ in rows), default=0)
+    text_w = max((text_width(text, FONT) for *_, text in rows), default=0)
+    bx = max(X0, 12 + label_w + 12)
+    width = max(80.0, min(300.0, W - 12 - text_w - 10 - bx))
+    for label, ns, other, text in rows:
+        top = max(ns, other or 0) or 1.0
+        key = "bar" if "epilogue" in label else "q" if "wait for Q" in label else "s"
+        c.text(12, y + 17, label, size=FONT)
+        c.rect(bx, y + 4, max(width * ns / top, 1.0), 10, fill=key, stroke=None, rx=1)
+        if other is not None:
+            c.rect(bx, y + 16, max(width * other / top, 1.0), 10, fill="bg", stroke=key, sw=1.2, rx=1, dash="3 2")
+        c.text(bx + width + 10, y + 17, text, size=FONT)
+        y += 32
+    if not mine:
+        c.text(12, y + 14, "No tile boundary in this window.", size=FONT, fill="muted")
+        y += 22
+    c.text(12, y + 14, f"solid: this stage · dashed outline: stage {pid}, its cycles at this record's SM clock; "
+                       "each consumer's lead warp", size=FONT, fill="muted")
+    return y + 26
+
+
+def _against(c: Canvas, hatch, stats: dict, prev: tuple, y: float, wgmma: bool) -> float:
     """The events whose median duration moved most against the previous stage: a solid bar for
     this stage over an outlined one for the previous, on one scale per event; returns the y below."""
-    pid, prev_stats = prev
+    pid, prev_stats = prev[0], prev[1]
     moved, new = trace_lanes.moved_events(stats, prev_stats)
     c.text(12, y, f"Against stage {pid}: the median durations that moved most (every event recorded on the SM)",
            size=13, weight="600")
@@ -285,6 +330,14 @@ def _against(c: Canvas, hatch, stats: dict, prev: tuple[str, dict], y: float, wg
     c.text(12, y + 14, f"solid: this stage · dashed outline: stage {pid}, its cycles at this record's SM clock",
            size=FONT, fill="muted")
     return y + 26
+
+
+# The legend says each encoding once (a key: work, wait, copy issued, in flight), then one entry per
+# colour, which names what that colour is about; the tooltips name each bar's event exactly.
+_GROUP = {"q": "Q", "k": "K", "v": "V", "s": "S = QKᵀ", "p": "softmax", "accent": "rescale O, pack P",
+          "o": "O += PV", "bar": "epilogue, store O", "store": "store O (the TMA store)", "stroke": "a free buffer",
+          "fg": "its turn"}
+_GROUP_ORDER = ("q", "k", "v", "s", "p", "accent", "o", "bar", "store", "stroke", "fg")
 
 
 def _legend_items(lay, wgmma: bool) -> list[tuple[str, str, str]]:
