@@ -53,7 +53,7 @@ class Worker:
             raise CaseFailed(f"the worker process died (exit code {code}): {label}") from None
         seconds = time.monotonic() - started
         reason = "" if status == "ok" else ": " + payload.strip().splitlines()[-1][:300]
-        self._write(f"{status:5s} {label} in {seconds:.2f} s{reason}")
+        self._write(f"{status:5s} {label} in {seconds:.2f} s{reason}{_numbers(payload) if status == 'ok' else ''}")
         if status == "ok":
             return payload
         if status == "fatal":  # the worker's CUDA context no longer works: start afresh
@@ -95,6 +95,13 @@ class Worker:
             f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def _numbers(payload) -> str:
+    """A case's numeric results, for the log (" -> err=0.0012, bound=0.031"), or nothing."""
+    if not isinstance(payload, dict) or not payload or not all(isinstance(v, (int, float)) for v in payload.values()):
+        return ""
+    return " -> " + ", ".join(f"{k}={v:.3g}" for k, v in payload.items())
 
 
 def _serve(conn, cases: str) -> None:
