@@ -82,6 +82,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
     site = Site()
     stages, root = inp.stages, inp.root
     drawn: dict = {}  # stage number -> (stage, its diagrams), for "unchanged since" and the gallery
+    measured: dict = {}  # stage number -> its measured timeline (the trace its page opens on), for the gallery
     specs = [[st.name, st.spec_path.read_text()] for st in stages]  # all the diagrams are drawn from
     for i, s in enumerate(stages):
         prev = stages[i - 1] if i else None
@@ -94,7 +95,8 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
             parts = diagrams.stage_parts(s, [d for d in mine if d.kind != "timeline"], drawn, lead, site)
             lead_md = diagrams.lead_figure(mine, lead, site)
         with naming(f"the timeline of stage {s.name}", root / "bench" / "results" / "traces", root):
-            parts["timeline"] = timeline_section.stage_section(s, prev, inp, site, cache)  # measured + model
+            parts["timeline"] = timeline_section.stage_section(s, prev, inp, site, cache,  # measured + model
+                                                               keep=measured)
         with naming(f"the diff of stage {s.name}", s.kernel_path, root):
             diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache))
         with naming(f"the compiler section of stage {s.name}", s.kernel_path, root):
@@ -115,7 +117,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
         everything = {d.id: d for _s, mine in drawn.values() for d in mine} | {d.id: d for d in docs}
         docs_figures.add([everything[i] for i in docs_figures.referenced(root / "docs") if i in everything], site)
     with naming("the gallery", root / "docs", root):
-        site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs, root / "docs")
+        site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs, root / "docs", measured=measured)
     with naming("the page of the models", root / "bench" / "results", root):
         site.pages["models.md"] = models_page.render(model_records.load_all(root / "bench" / "results"))
     return site

@@ -96,9 +96,10 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: d
     return out
 
 
-def stage_section(stage, prev, inp, site, cache) -> str:
+def stage_section(stage, prev, inp, site, cache, keep: dict | None = None) -> str:
     """The Markdown of the stage page's timeline part (its heading and #timeline anchor are the page's):
-    ``inp``: the site's inputs (traces, hashes); ``cache``: the site's DiskCache for the drawings."""
+    ``inp``: the site's inputs (traces, hashes); ``cache``: the site's DiskCache for the drawings;
+    ``keep``: where to put {stage number: the measured timeline its page opens on}, for the gallery."""
     record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
     prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
     # the previous stage's trace of the same mask, else its non-causal one (named so in the figure)
@@ -115,6 +116,9 @@ def stage_section(stage, prev, inp, site, cache) -> str:
                 + figures([by_id[f"s{stage.id}-timeline"]], site, depth=2))
         return _wrap(stage, site, html)
     tabs = []
+    if keep is not None:
+        first = next(suffix for rec, suffix in _tab_order(stage, record, causal_record) if rec is not None)
+        keep[stage.number] = by_id[f"s{stage.id}-trace{first}"]
     for rec, suffix in _tab_order(stage, record, causal_record):
         if rec is None:
             continue
