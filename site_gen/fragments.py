@@ -6,6 +6,10 @@ made a full build of an 18-stage site take most of a minute. So the generator ke
 aside, in memory, and puts a placeholder in the page; the MkDocs hook (on_post_page) swaps each
 placeholder for its fragment in the final HTML. Code in the diffs is also kept out of the search
 index that way, which is where it would only be noise.
+
+A fragment can also be kept out of the page itself (Site.add_fragment's ``file``): a stage's diff
+is up to 750 KB of HTML, more than the rest of its page; it is written as a file of its own and the
+page loads it when the reader comes near it (``deferred``), so a stage page stays under 500 KB.
 """
 
 from __future__ import annotations
@@ -29,15 +33,27 @@ def placeholder(name: str) -> str:
     return f'<div class="hd-slot" data-slot="{name}"></div>'
 
 
-def fill(html: str, fragments: dict[str, str]) -> str:
+def deferred(url: str, what: str) -> str:
+    """What stands in a page for a fragment kept in a file of its own (``url``, relative to the page):
+    docs/assets/javascripts/figures.js loads it as the reader nears it; without JavaScript, a link."""
+    return (f'<div class="hd-deferred" data-src="{url}"><p>Loading {what}… '
+            f'(or <a href="{url}">open it on its own</a>)</p></div>')
+
+
+def fill(html: str, fragments: dict[str, str], later: dict[str, tuple[str, str]] | None = None) -> str:
     """Replace every placeholder in ``html`` with its fragment, and every image of a generated figure
-    that a hand-written page shows with the inline figure (site_gen/pages/docs_figures.py)."""
+    that a hand-written page shows with the inline figure (site_gen/pages/docs_figures.py).
+    ``later``: fragment name -> (URL of its file, what it is): those are loaded by the page instead."""
+    later = later or {}
 
     def one(match: re.Match) -> str:
+        name = match.group(1)
+        if name in later:
+            return deferred(*later[name])
         try:
-            return fragments[match.group(1)]
+            return fragments[name]
         except KeyError:
-            raise FragmentError(f"no fragment '{match.group(1)}' was generated for this page") from None
+            raise FragmentError(f"no fragment '{name}' was generated for this page") from None
 
     def image(match: re.Match) -> str:
         return fragments.get(f"docfig-{match.group(1)}", match.group(0))

@@ -84,4 +84,4 @@ def _mathjax() -> Path:
 
 def on_post_page(output, page, config):
     # Diffs and diagrams are spliced in here, after Markdown and search (see site_gen/fragments.py).
-    return _state["fragments"].fill(output, _state["site"].fragments)
+    return _state["fragments"].fill(output, _state["site"].fragments, _state["site"].later)

@@ -14,6 +14,8 @@ from html import escape
 
 from hopattn.records.models import BACKENDS, LABELS, REFERENCE
 
+from .html import figure
+
 PRIMARY = "var(--md-primary-fg-color, #3f51b5)"
 PEER = {"cudnn": "var(--hd-k, #d9822b)", "fa3": "var(--hd-v, #2e9e6a)", "fa4": "var(--hd-s, #8a5cd1)",
         "sdpa": "var(--hd-stroke, #9aa3b2)"}
@@ -214,6 +216,13 @@ def _supported(record: dict) -> str:
             "its fastest to its slowest sample):\n\n" + "".join(lines) + "\n")
 
 
+def _figure(svg: str, did: str, title: str) -> str:
+    """A chart as the site's figures are: with its full-screen view (docs/assets/javascripts/figures.js)."""
+    if not svg:
+        return ""
+    return figure(did, svg, "", title, kind="chart", compact=False) + "\n"
+
+
 def _routing(record: dict) -> str:
     out = "## Routing reports\n\nWhat each model's step asked of hopattn, call by call shape:\n\n"
     for _, m in _models(record):
@@ -272,7 +281,8 @@ def render(records: dict) -> str:
             tokens = ", ".join(f"{n:,} {k}" for k, n in sorted(m["tokens"].items()))
             page += f"- **{_cell(m['label'])}** ({m['library']}): {_cell(m['workload'])}; tokens: {tokens}.\n"
         page += "\n" + _supported(record) + _tables(record) + "\n"
-        page += chart(record) + "\n" + chart(record, "speedup_attention", "models-attention",
-                                             "Attention-alone speedup over SDPA") + "\n"
+        page += _figure(chart(record), "models-step", "Whole-step speedup over SDPA") + "\n" + _figure(
+            chart(record, "speedup_attention", "models-attention", "Attention-alone speedup over SDPA"),
+            "models-attention", "Attention-alone speedup over SDPA") + "\n"
         page += _routing(record)
     return page + UNSUPPORTED

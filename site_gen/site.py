@@ -32,6 +32,7 @@ from .html import figure
 from .pages import docs_figures, gallery, overview, stage
 
 CHART = "assets/generated/progression.svg"
+DIFFS = "assets/generated/diffs"  # each stage's diff, loaded by its page (site_gen/fragments.py)
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -47,13 +48,20 @@ class Site:
     pages: dict[str, str] = field(default_factory=dict)
     assets: dict[str, str] = field(default_factory=dict)
     fragments: dict[str, str] = field(default_factory=dict)
+    later: dict[str, tuple[str, str]] = field(default_factory=dict)  # fragment -> (its file's URL, what)
 
     def add_asset(self, path: str, text: str) -> None:
         self.assets[path] = text
 
-    def add_fragment(self, name: str, html: str) -> str:
-        """Keep ``html`` out of the Markdown; returns the placeholder line that stands for it."""
+    def add_fragment(self, name: str, html: str, file: tuple[str, int, str] | None = None) -> str:
+        """Keep ``html`` out of the Markdown; returns the placeholder line that stands for it.
+        ``file``: (asset path, the page's depth below the docs root, what it is): the fragment is
+        written there and the built page loads it (fragments.deferred) instead of carrying it."""
         self.fragments[name] = html
+        if file is not None:
+            path, depth, what = file
+            self.add_asset(path, '<meta charset="utf-8">\n' + html + "\n")
+            self.later[name] = ("../" * depth + path, what)
         return fragments.placeholder(name) + "\n"
 
 
@@ -98,7 +106,8 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
             parts["timeline"] = timeline_section.stage_section(s, prev, inp, site, cache,  # measured + model
                                                                keep=measured)
         with naming(f"the diff of stage {s.name}", s.kernel_path, root):
-            diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache))
+            diff_md = site.add_fragment(f"diff-{s.name}", diff.diff_section(s, prev, cache),
+                                        file=(f"{DIFFS}/{s.name}.html", 2, "the diff"))
         with naming(f"the compiler section of stage {s.name}", s.kernel_path, root):
             compiler_md = compiler.compiler_section(s, prev, inp.facts_of)
         with naming(f"the benchmark section of stage {s.name}", root / "bench" / "results", root):

@@ -13,6 +13,9 @@ import pytest
 from conftest import REPO
 
 
+MAX_PAGE_BYTES = 500_000  # a stage page's HTML: its diff and the every-warp traces are loaded apart
+
+
 def mkdocs(root, *args, timeout=300):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     return subprocess.run([sys.executable, "-m", "mkdocs", *args], cwd=root, env=env, capture_output=True,
@@ -26,7 +29,11 @@ def test_fixture_site_builds_strict(site_root):
     page = (site / "stages" / "02-smem-tiles" / "index.html").read_text()
     for anchor in ("diagrams", "diff", "compiler", "benchmark"):
         assert f'id="{anchor}"' in page
-    assert '<div class="tabbed-set tabbed-alternate"' in page and "Side by side" in page  # the diff, spliced in
+    # the diff is a file of its own that the page loads (site_gen/fragments.py deferred), so pages stay light
+    assert 'class="hd-deferred" data-src="../../assets/generated/diffs/02-smem-tiles.html"' in page
+    diff = (site / "assets" / "generated" / "diffs" / "02-smem-tiles.html").read_text()
+    assert diff.startswith('<meta charset="utf-8">') and '<div class="tabbed-set tabbed-alternate"' in diff
+    assert "Side by side" in diff and "Side by side" not in page
     assert 'class="hd-figure"' in page and "<svg" in page  # the diagrams, spliced in
     assert 'href="../01-baseline/"' in page and 'href="../03-ldmatrix/"' in page
     index = (site / "index.html").read_text()
@@ -70,7 +77,10 @@ def test_real_site_builds_strict(tmp_path):
                     if p.is_dir() and p.name != "common")
     for name in stages:
         url = name.replace("_", "-", 1)
-        assert (tmp_path / "site" / "stages" / url / "index.html").is_file()
+        page = tmp_path / "site" / "stages" / url / "index.html"
+        assert page.is_file()
+        assert page.stat().st_size < MAX_PAGE_BYTES, f"{url}: {page.stat().st_size} bytes of HTML"
+        assert (tmp_path / "site" / "assets" / "generated" / "diffs" / f"{url}.html").is_file()
 
 
 def _free_port():
@@ -112,8 +122,8 @@ def test_serve_regenerates_after_an_edit(site_root):
         assert _wait_for(url, "A sentence added while serving.", 30), "edit to notes.md not picked up"
         kernel = site_root / "kernels" / "attention" / "03_ldmatrix" / "kernel.cu"
         kernel.write_text(kernel.read_text() + "// a line added while serving\n")
-        assert _wait_for(f"http://127.0.0.1:{port}/stages/03-ldmatrix/", "a line added while serving", 30), \
-            "edit to kernel.cu not picked up"
+        assert _wait_for(f"http://127.0.0.1:{port}/assets/generated/diffs/03-ldmatrix.html",
+                         "a line added while serving", 30), "edit to kernel.cu not picked up"  # the page's diff
         elapsed = time.monotonic() - start
         assert elapsed < 60
         # No rebuild loop: once settled, the server builds no more.

@@ -20,13 +20,17 @@ UNCHANGED = {"memory": "the operands move as they did there",
              "timeline": "the schedule model places the same work"}
 
 
-def figures(diagrams: list[Diagram], site, depth: int, thumbs: bool = False) -> str:
-    """The figures' HTML; ``depth``: how many folders below the docs root the page sits."""
+def figures(diagrams: list[Diagram], site, depth: int, thumbs: bool = False, *, scroll: bool | int = False,
+            defer: bool = False) -> str:
+    """The figures' HTML; ``depth``: how many folders below the docs root the page sits. ``scroll``
+    and ``defer``: see site_gen/html.py figure (a picture kept legible by scrolling sideways; one
+    loaded from its file when shown)."""
     out = []
     for d in diagrams:
         site.add_asset(f"{FOLDER}/{d.filename}", d.standalone)
         link = "../" * depth + f"{FOLDER}/{d.filename}"
-        out.append(figure(d.id, d.svg, d.caption, d.title, link, kind=d.kind, stage=d.stage))
+        out.append(figure(d.id, d.svg, d.caption, d.title, link, kind=d.kind, stage=d.stage, scroll=scroll,
+                          defer=defer))
     return "\n".join(out)
 
 
@@ -68,11 +72,12 @@ def stage_parts(stage, mine: list[Diagram], drawn: dict, lead: str | None, site)
 
 
 def lead_figure(mine: list[Diagram], lead: str | None, site) -> str:
-    """The figure that shows the stage's change, for the top of its page."""
+    """The figure that shows the stage's change, for the top of its page: legible where it stands on
+    any screen (on a phone it scrolls sideways at its full scale; html.figure says why)."""
     d = next((d for d in mine if d.id == lead), None)
     if d is None:
         return ""
-    return site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2))
+    return site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2, scroll=True))
 
 
 def distinct(stages, drawn: dict) -> list[Diagram]:

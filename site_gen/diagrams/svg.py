@@ -9,23 +9,61 @@ rounds every coordinate to 0.1 and writes colours as CSS variables with light-th
 
 from __future__ import annotations
 
+import functools
+import re
+import xml.etree.ElementTree as ET
+
 import svgwrite
 from svgwrite.base import Desc, Title
 
-# Theme key -> light fallback. The CSS file defines --hd-<key> for "default" and "slate".
+# Theme key -> light fallback. The CSS file defines --hd-<key> for "default" and "slate"; the pairs
+# that must read (text 4.5:1, graphics 3:1, in both themes) are contrast_pairs() below, checked by
+# tests/test_palette_contrast.py against the CSS.
 PALETTE = {
-    "bg": "#ffffff", "panel": "#f4f6fa", "panel2": "#e9edf5", "fg": "#1f2430", "muted": "#5b6372",
-    "stroke": "#9aa3b2", "grid": "#d9dee7",
-    "q": "#3b6fd6", "k": "#d9822b", "v": "#2e9e6a", "s": "#8a5cd1", "p": "#c2418f", "o": "#0f8b9c",
-    "load": "#d9822b", "tensor": "#3b6fd6", "softmax": "#c2418f", "epilogue": "#0f8b9c",
-    "bar": "#b23b3b", "accent": "#e0a100", "ok": "#2e9e6a", "skip": "#c9ced8", "mask": "#e0a100",
-    "warp": "#6b7a99",
-    "store": "#5f8a00",  # the TMA store of O (stage 15 on): apart from the epilogue's red and the operands
+    "bg": "#ffffff", "panel": "#f4f6fa", "panel2": "#e9edf5", "fg": "#1f2430", "muted": "#535b6a",
+    "stroke": "#7b8495", "grid": "#d9dee7",
+    "q": "#2a5fc8", "k": "#a84f00", "v": "#1a7048", "s": "#7544c4", "p": "#ad3580", "o": "#0a6e7a",
+    "load": "#a84f00", "tensor": "#2a5fc8", "softmax": "#ad3580", "epilogue": "#0a6e7a",
+    "bar": "#b02f2f", "accent": "#845d00", "ok": "#1a7048", "skip": "#d3d7df", "mask": "#845d00",
+    "warp": "#58657f",
+    "store": "#4d7000",  # the TMA store of O (stage 15 on): apart from the epilogue's red and the operands
     # warp roles: muted tones, apart from the saturated operand colours above
-    "producer": "#8a7a12", "consumer": "#4f6282", "consumer2": "#8c5f4a",
-    # what changed against the previous stage (a highlighter behind the item, a tag beside it)
-    "hl": "#ffd43b", "hlfg": "#5c4400",
+    "producer": "#5f6b12", "consumer": "#4a5d7e", "consumer2": "#865741",
+    # what changed against the previous stage: a highlighter behind the item (a pale fill that text
+    # reads on, outlined in hlline so the mark itself stands out), a tag beside it
+    "hl": "#fff0a6", "hlfg": "#5c4400", "hlline": "#9a7300",
+    # the ink of a label drawn on a strong fill (a bar, a box in an operand's colour): Canvas.text
+    # draws fill="bg" text in it (white in the light theme, near-black in the dark one)
+    "on": "#ffffff",
 }
+# The colours drawn as bars, boxes, arrows and coloured text: each must read as text on the surfaces
+# (4.5:1), as a graphic (3:1), and carry an "on" label at the lowest opacity a labelled fill is
+# drawn with (LABEL_OPACITY); see contrast_pairs().
+STRONG = ("q", "k", "v", "s", "p", "o", "load", "tensor", "softmax", "epilogue", "bar", "accent", "ok", "mask",
+          "warp", "store", "producer", "consumer", "consumer2")
+LABEL_OPACITY = 0.9  # the faintest fill a label sits on (the model timeline's odd iterations)
+
+
+def contrast_pairs() -> list[tuple[str, str, str, float]]:
+    """(what, ink, surface, minimum ratio) for every pair the figures draw; a surface is a key or
+    "key@alpha" (that colour at that opacity over bg) or "key@alpha/under@alpha" (over a highlight)."""
+    out = []
+    for k in STRONG:
+        out += [("text", k, s, 4.5) for s in ("bg", "panel")]
+        out += [("graphic", k, s, 3.0) for s in ("bg", "panel", "panel2")]
+        out += [("graphic", f"{k}@0.75", s, 3.0) for s in ("bg", "panel")]  # a wgmma in flight, at 0.75
+        out += [("label", "on", f"{k}@{LABEL_OPACITY}", 4.5), ("label", "on", k, 4.5)]
+        # the text of a box tinted in its operand's colour, and of one on a highlight
+        out += [("text", ink, f"{k}@0.2", 4.5) for ink in ("fg", "muted")]
+        out += [("text", ink, f"{k}@0.2/hl@0.6", 4.5) for ink in ("fg", "muted")]
+    for ink in ("fg", "muted"):
+        out += [("text", ink, s, 4.5) for s in ("bg", "panel", "panel2", "skip", "hl", "hl@0.45", "hl@0.6")]
+    out += [("text", "hlfg", "hl", 4.5)]
+    out += [("graphic", "stroke", s, 3.0) for s in ("bg", "panel", "panel2")]
+    out += [("graphic", "hlline", s, 3.0) for s in ("bg", "panel")]
+    return out
+
+
 FONT = "Roboto, 'Helvetica Neue', Arial, sans-serif"
 MONO = "'Roboto Mono', 'SFMono-Regular', Menlo, Consolas, monospace"
 
@@ -123,6 +161,8 @@ class Canvas:
     # --- primitives ---------------------------------------------------------------------------
     def rect(self, x, y, w, h, fill="panel", stroke="stroke", rx=4, sw=1, opacity=None, dash=None,
              parent=None, cls=None):
+        if fill == "hl":  # a highlight is outlined: its pale fill alone does not stand out (3:1)
+            stroke, sw = "hlline", max(sw, 1.5)
         kw = {"fill": color(fill), "stroke": color(stroke) if stroke else "none"}
         if stroke:
             kw["stroke-width"] = num(sw)
@@ -138,6 +178,8 @@ class Canvas:
 
     def text(self, x, y, s, size=12, anchor="start", fill="fg", weight=None, mono=False, italic=False,
              parent=None, cls="hd-text", rotate=None):
+        if fill == "bg":  # text in the background's colour is a label on a strong fill
+            fill = "on"
         kw = {"font-size": num(size), "fill": color(fill), "class": cls}
         if anchor != "start":
             kw["text-anchor"] = anchor
@@ -146,6 +188,8 @@ class Canvas:
         if mono:
             kw["font-family"] = MONO
             kw["class"] = "hd-mono"
+        if fill == "on":  # no halo (see compact): the label's own fill is what it reads on
+            kw["class"] += " hd-on"
         if italic:
             kw["font-style"] = "italic"
         if rotate:
@@ -242,14 +286,112 @@ class Canvas:
         return d.tostring()
 
 
+# --- the page's form of a picture ---------------------------------------------------------------
+SVG_NS = "http://www.w3.org/2000/svg"
+# Presentation attributes that move into a class of the picture's own <style> (font-size stays an
+# attribute: the full-screen view reads it); rx stays too (not a CSS property in every browser).
+_STYLED = ("fill", "stroke", "stroke-width", "fill-opacity", "stroke-opacity", "opacity", "stroke-dasharray",
+           "text-anchor", "font-weight", "font-style")
+_KEEP_CLASSES = ("hd-mono", "hd-halo", "hd-on")  # styled by the site's stylesheet or the picture's <style>
+# Every text but a label on a strong fill gets a halo of the background (paint-order: stroke): where
+# it crosses a tinted box, a line or a hatch, its glyphs still sit on the background's colour, so its
+# contrast is that of its ink on bg (the pairs tests/test_palette_contrast.py checks), whatever the
+# tint under it (the figures tint boxes up to 0.6 of an operand's colour).
+_HALO = "{{paint-order:stroke;stroke:var(--hd-bg,{bg});stroke-width:3px;stroke-linejoin:round}}"
+_DROP_ROOT = ("baseProfile", "version")
+
+
+def _class_name(i: int) -> str:
+    name = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        name = chr(97 + r) + name
+    return name
+
+
+def _css_value(v: str) -> str:
+    return v.replace(", #", ",#")
+
+
+@functools.lru_cache(maxsize=512)
+def compact(svg: str) -> str:
+    """The picture as the page and its file carry it: the same drawing in a third to a half of the
+    bytes. Each distinct set of presentation attributes (fill, stroke, widths, anchor, weight) becomes
+    one short class of a <style> scoped by the picture's id, colours still theme variables with their
+    light fallbacks (so the file works alone); an event's group of one shape and its tooltip becomes
+    that shape; ids nothing refers to, classes no stylesheet uses and svgwrite's unused namespaces go.
+    Deterministic: classes are named in document order. ``svg`` without an id is returned as it is."""
+    root = ET.fromstring(svg)
+    did = root.get("id")
+    if not did:
+        return svg
+    referenced = {did, *re.findall(r"url\(#([^)]+)\)", svg), *re.findall(r'href="#([^"]+)"', svg)}
+    referenced.update((root.get("aria-labelledby") or "").split())
+    for a in _DROP_ROOT:
+        root.attrib.pop(a, None)
+    classes: dict[tuple, str] = {}
+
+    def restyle(el):
+        for child in list(el):
+            tag = child.tag.rsplit("}", 1)[-1]
+            if tag in ("title", "desc", "style"):
+                continue
+            restyle(child)
+        if el is root:
+            return
+        cid = el.get("id")
+        if cid and cid not in referenced:
+            del el.attrib["id"]
+        keep = [c for c in (el.get("class") or "").split() if c in _KEEP_CLASSES]
+        styled = tuple((a, el.attrib.pop(a)) for a in _STYLED if a in el.attrib)
+        if styled:
+            keep.insert(0, classes.setdefault(styled, _class_name(len(classes))))
+        if keep:
+            el.set("class", " ".join(keep))
+        else:
+            el.attrib.pop("class", None)
+
+    def collapse(parent):
+        for i, child in enumerate(list(parent)):
+            collapse(child)
+            kids = list(child)
+            if (child.tag == f"{{{SVG_NS}}}g" and not child.attrib and len(kids) == 2
+                    and kids[0].tag == f"{{{SVG_NS}}}title" and not len(kids[1])):
+                shape = kids[1]
+                shape.append(kids[0])
+                parent.remove(child)
+                parent.insert(i, shape)
+
+    restyle(root)
+    collapse(root)
+    for defs in root.findall(f"{{{SVG_NS}}}defs"):
+        if not len(defs):
+            root.remove(defs)
+    if classes:
+        style = ET.Element(f"{{{SVG_NS}}}style")
+        style.text = (f"#{did} text" + _HALO.format(bg=PALETTE["bg"]) + f"#{did} .hd-on{{stroke:none}}"
+                      + "".join(f"#{did} .{name}{{" + ";".join(f"{a}:{_css_value(v)}" for a, v in styled) + "}"
+                                for styled, name in classes.items()))
+        at = 2 if len(root) >= 2 and root[1].tag == f"{{{SVG_NS}}}desc" else 0  # after <title><desc>
+        root.insert(at, style)
+    out = ET.tostring(root, encoding="unicode")
+    return out.replace(" />", "/>")
+
+
+ET.register_namespace("", SVG_NS)
+
+
 def standalone(svg: str, width: int, height: int) -> str:
-    """The same picture as a file for <img>/zoom: explicit size and an opaque background."""
-    head, rest = svg.split(">", 1)
+    """The same picture as a file for <img>/zoom: the page's form (compact), an explicit size and an
+    opaque background. Its colours are the theme variables' light fallbacks; inlined into a page
+    (figures.js loads some on demand), the site's variables take over."""
+    head, rest = compact(svg).split(">", 1)
     head += f' width="{width}" height="{height}"'
-    bg = f'<rect fill="{color("bg")}" height="{height}" width="{width}" x="0" y="0" />'
+    bg = f'<rect class="hd-file-bg" fill="{color("bg")}" height="{height}" width="{width}" x="0" y="0"/>'
     # After <title><desc>: keep those first for accessibility.
     marker = "</desc>"
-    i = rest.index(marker) + len(marker)
+    i = rest.index(marker) + len(marker) if marker in rest else 0
     return '<?xml version="1.0" encoding="utf-8"?>\n' + head + ">" + rest[:i] + bg + rest[i:] + "\n"
 
 

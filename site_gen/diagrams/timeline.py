@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import facts, rates, schedule
 from .diagram import Diagram
-from .svg import Canvas, fmt_us, text_width
+from .svg import LABEL_OPACITY, Canvas, fmt_us, text_width
 
 W = 860
 X0, X1 = 196, 846  # the measured timeline's too (trace_timeline.py): stacked, the axes line up
@@ -130,7 +130,7 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
         x, w = xof(a), max(b - a, 0) * scale
         fill = KIND_COLOUR.get(s.op.kind, "stroke")
         bar = c.rect(x, y + 3, w, LANE_H - 6, fill=fill, stroke="bg", sw=1, rx=2,
-                     opacity=0.95 if s.it % 2 == 0 else 0.7, parent=g)
+                     opacity=None if s.it % 2 == 0 else LABEL_OPACITY, parent=g)
         it = s.it % per_tile
         once = s.op.kind in schedule.ONCE
         bar.set_desc(title=f"{s.op.name} ({s.op.role}, {s.op.engine}) · output tile {s.tile + 1}"

@@ -20,7 +20,8 @@ from .section import figures
 from .timeline import measured_window, model_window_diagram, own_window, timeline_diagram
 from .trace_timeline import NAME, fmt_ns, trace_diagram
 
-MIN_WIDTH = 820  # px: at the smallest font of the timelines (13), text stays 12 px or more
+MIN_WIDTH = 820  # px: at the smallest font of the timelines (13), text stays 12 px or more; below it the
+# picture scrolls sideways (html.figure's scroll); the every-warp view is loaded when its fold opens
 DISAGREE = 0.15  # measured and predicted time per K/V step further apart than this: the page says so
 # The clock the model's binding rate assumes, per bound: the tensor cores' 989 TFLOP/s hold at 1.83
 # GHz, MUFU and FMA are taken at 1.98; a load-bound step is memory's, which no SM clock scales.
@@ -124,23 +125,16 @@ def stage_section(stage, prev, inp, site, cache, keep: dict | None = None) -> st
             continue
         prev_rec = prev_records[rec["causal"]]
         body = [_stale(stage, rec, inp.trace_gpu), _focus_note(stage),
-                _wide(figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2)),
-                _wide(figures([by_id[f"s{stage.id}-model{suffix}"]], site, depth=2)),
+                figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
+                figures([by_id[f"s{stage.id}-model{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
                 _comparison(stage, rec),
                 _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
-                        _wide(figures([by_id[f"s{stage.id}-trace{suffix}-warps"]], site, depth=2))),
+                        figures([by_id[f"s{stage.id}-trace{suffix}-warps"]], site, depth=2, scroll=MIN_WIDTH,
+                                defer=True)),
                 _folded("Median time of each event" + (f", against stage {prev.id}" if prev_rec else ""),
                         _event_table(prev, rec, prev_rec))]
         tabs.append((f"Measured, {'causal' if suffix else 'non-causal'}", "\n".join(b for b in body if b)))
     return _wrap(stage, site, tabbed(f"timeline-{stage.id}", tabs) if len(tabs) > 1 else tabs[0][1])
-
-
-def _wide(html: str) -> str:
-    """A timeline keeps its text readable on a narrow screen: the picture scrolls sideways instead
-    of shrinking below MIN_WIDTH px."""
-    return html.replace('<div class="hd-figure-svg">',
-                        f'<div class="hd-figure-svg" style="overflow-x: auto"><div style="min-width: {MIN_WIDTH}px">',
-                        1).replace("</svg></div>", "</svg></div></div>", 1)
 
 
 def _tab_order(stage, record, causal_record) -> tuple:

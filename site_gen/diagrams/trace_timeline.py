@@ -340,29 +340,51 @@ _GROUP = {"q": "Q", "k": "K", "v": "V", "s": "S = QKᵀ", "p": "softmax", "accen
 _GROUP_ORDER = ("q", "k", "v", "s", "p", "accent", "o", "bar", "store", "stroke", "fg")
 
 
-def _legend_items(lay, wgmma: bool) -> list[tuple[str, str, str]]:
-    """(event, kind, label) for every event kind in the window, in trace.cuh's order."""
+def _legend_items(lay, wgmma: bool) -> list[tuple[tuple[tuple[str, str], ...], str]]:
+    """(swatches, label) rows of the legend: the key of the kinds drawn, then each colour drawn, with
+    what its bars are about (the events of the window, in trace.cuh's order, grouped by colour)."""
     from hopattn.records.traces import EVENTS
 
     seen: dict[str, str] = {}
     for ln in lay.lanes:
         for b in ln.bars:
             seen.setdefault(b.event, b.kind)
-    items = [(e, seen[e], _issue(e, wgmma) + (" issued" if seen[e] == "mark" else "")) for e in EVENTS if e in seen]
-    if wgmma:
-        items += [("qk", "span", "QKᵀ in flight"), ("pv", "span", "PV in flight")]
+    kinds = set(seen.values()) | ({"span"} if wgmma else set())
+    key = [((("muted", k),), label) for k, label in
+           (("work", "work"), ("wait", "a wait (hatched)"), ("mark", "a copy issued"),
+            ("span", "a wgmma in flight, under its consumer")) if k in kinds]
+    groups: dict[str, list[str]] = {}
+    for e in EVENTS:
+        if e in seen:
+            groups.setdefault(COLOUR[e], []).append(e)
+    items = []
+    for colour in _GROUP_ORDER:
+        events = groups.get(colour)
+        if not events:
+            continue
+        label = _GROUP[colour]
+        if colour == "k" and any(e in ("load_kv", "wait_kv") for e in events):
+            label = "K and V" if all(e in ("load_kv", "wait_kv") for e in events) else "K, K and V"
+        if colour == "accent" and "wait_tile" in events:
+            label = "the next tile id" if events == ["wait_tile"] else "rescale O, pack P; the next tile id"
+        if colour == "bar":
+            label = ", ".join(NAME[e] for e in events)
+        solid = any(seen[e] != "wait" for e in events)
+        items.append((((colour, "work" if solid else "wait"),), label))
     if any(trace_lanes.both_in_flight(lay, r) is not None for r in range(len(lay.rows))):
-        items.append(("epilogue", "span", "both consumers' wgmmas in flight"))
-    return items
+        items.append(((("bar", "span"),), "both consumers' wgmmas in flight"))
+    return [("key", it) for it in key] + [("colour", it) for it in items]
 
 
 def _legend_rows(items) -> list[list]:
-    rows, row, x = [], [], 12.0
-    for it in items:
-        w = 14 + 5 + text_width(it[2], FONT) + 16
-        if row and x + w > W - 8:
+    """The key on a row of its own, then the colours, each row as wide as the figure allows."""
+    rows, row, x, part = [], [], 12.0, None
+    for which, it in items:
+        w = 14 + 5 + text_width(it[1], FONT) + 16
+        if row and (x + w > W - 8 or which != part):
             rows.append(row)
             row, x = [], 12.0
+        part = which
         row.append(it)
         x += w
     return rows + ([row] if row else [])
@@ -371,43 +393,40 @@ def _legend_rows(items) -> list[list]:
 def _legend(c: Canvas, hatch, rows, y: float) -> None:
     for i, row in enumerate(rows):
         x, yy = 12.0, y + i * 22
-        for event, kind, label in row:
-            key = COLOUR[event]
-            if kind == "wait":
-                c.body.add(c.d.rect((num(x), num(yy - 11)), (14, 12), fill=hatch(key), stroke=color(key),
-                                    **{"stroke-width": 1}))
-            elif kind == "mark":
-                c.path([(x + 3, yy - 12), (x + 11, yy - 12), (x + 7, yy - 5)], stroke=None, fill=key, closed=True)
-                c.line(x + 7, yy - 12, x + 7, yy + 1, stroke=key, sw=2)
-            elif kind == "span":
-                c.rect(x, yy - 7, 14, 5, fill=key, stroke=None, rx=1, opacity=0.75)
-            else:
-                c.rect(x, yy - 11, 14, 12, fill=key, stroke=None, rx=2)
+        for swatches, label in row:
+            for key, kind in swatches:
+                if kind == "wait":
+                    c.body.add(c.d.rect((num(x), num(yy - 11)), (14, 12), fill=hatch(key), stroke=color(key),
+                                        **{"stroke-width": 1}))
+                elif kind == "mark":
+                    c.path([(x + 3, yy - 12), (x + 11, yy - 12), (x + 7, yy - 5)], stroke=None, fill=key,
+                           closed=True)
+                    c.line(x + 7, yy - 12, x + 7, yy + 1, stroke=key, sw=2)
+                elif kind == "span":
+                    c.rect(x, yy - 7, 14, 5, fill=key, stroke=None, rx=1, opacity=0.75)
+                else:
+                    c.rect(x, yy - 11, 14, 12, fill=key, stroke=None, rx=2)
             c.text(x + 19, yy, label, size=FONT, fill="muted")
             x += 14 + 5 + text_width(label, FONT) + 16
 
 
+METHOD = "../../method/#traces"  # from a stage page: how a trace is recorded, read, and what it costs
+
+
 def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool) -> str:
-    shown = ("every traced warp" if every_warp else
-             "the first warp of each role (a warpgroup's warps run in near lockstep), and any warp that records "
-             "an event its role's first warp does not")
-    parts = [f"Recorded on the GPU with the stage's trace points on (`-DHOPATTN_TRACE`, "
-             f"kernels/attention/common/trace.cuh): {shown}, in the window of the record "
-             f"`bench/results/traces/nvidia-h200/{stage.id}{'-causal' if record['causal'] else ''}.json`. "
-             "Solid bars are work, hatched bars are waits, a tick with a triangle is a copy issued; "
-             "hover a bar for its event, tile, K/V step, start and duration."]
-    if wgmma:
-        parts.append("Under each consumer, the wgmmas it has in flight, from their issue to the wait that "
-                     "retired them (an upper bound: the wait is where the warp checked).")
+    """What is particular to this record (the warps shown, its file, its overhead); what every trace
+    shares (how it is recorded, what a bar and a wgmma span mean) is said once, on the method page."""
+    shown = ("Every traced warp" if every_warp else
+             "The first warp of each role (and any warp that records what its first does not)")
     over = record["overhead"]
     notes = []
     if "pct_range" in over:
-        notes.append(f"its timing rounds {over['pct_range'][0]:+.1f} to {over['pct_range'][1]:+.1f} %")
+        notes.append(f"rounds {over['pct_range'][0]:+.1f} to {over['pct_range'][1]:+.1f} %")
     if "idle_pct" in over:
-        notes.append(f"{over['idle_pct']:+.1f} % when it records nothing: the trace points alone")
+        notes.append(f"{over['idle_pct']:+.1f} % recording nothing")
+    if "step_pct" in over:
+        notes.append(f"K/V steps {over['step_pct']:+.1f} % with every event recorded")
     idle = f" ({'; '.join(notes)})" if notes else ""
-    steps = (f"; recording every event stretched its K/V steps by {over['step_pct']:+.1f} % against one record a step"
-             if "step_pct" in over else "")
-    parts.append(f"The traced build ran {over['pct']:+.1f} % against the plain one{idle}{steps}, so the "
-                 "lengths show the protocol and the relative durations, not exact times.")
-    return " ".join(parts)
+    return (f"{shown}, from `bench/results/traces/nvidia-h200/{stage.id}{'-causal' if record['causal'] else ''}.json`. "
+            f"The traced build ran {over['pct']:+.1f} % against the plain one{idle}: the lengths are relative, not "
+            f"exact. Hover a bar for its event, tile, step and times; [how a trace is recorded and read]({METHOD}).")

@@ -53,6 +53,36 @@ def _facts(stage) -> str:
             f"{smem} · {'causal and non-causal' if stage.causal else 'non-causal only'}")
 
 
+LEAD_CHARS = 260  # the most of the change the box shows before the rest goes behind "More"
+_SENTENCE_END = re.compile(r"(?<![ (]e\.g)(?<![ (]i\.e)(?<!\bvs)[.!?](?=\s+[A-Z0-9(`])")
+
+
+def _split_change(text: str) -> tuple[str, str]:
+    """(what the box shows, the rest): the first sentence, and if that is longer than LEAD_CHARS, its
+    first clause (up to a colon or semicolon outside parentheses, at least 60 characters in)."""
+    text = " ".join(text.split())
+    end = _SENTENCE_END.search(text)
+    lead, rest = (text[:end.end()], text[end.end():].strip()) if end else (text, "")
+    if len(lead) <= LEAD_CHARS:
+        return lead, rest
+    depth = 0
+    for i, ch in enumerate(lead):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and ch in ":;" and i >= 60 and lead[i + 1:i + 2] == " ":
+            return lead[:i] + " …", ("… " + lead[i + 1:].strip() + (" " + rest if rest else "")).strip()
+    return lead, rest
+
+
+def change_box(text: str) -> str:
+    """The one change, short: its first sentence (or clause) in the box, the rest behind "More", so
+    the box stays three or four lines on every stage while the whole of stage.toml's text is there."""
+    lead, rest = _split_change(text)
+    if not rest:
+        return note("abstract", "The one change", lead)
+    more = "\n".join("    " + line if line else "" for line in rest.splitlines())
+    return note("abstract", "The one change", f'{lead}\n\n??? quote "More"\n\n{more}')
+
+
 def _md_escape(text: str) -> str:
     return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", text)
 
@@ -96,7 +126,7 @@ def stage_page(stage, prev, nxt, *, diff_html: str, diagram_parts: dict[str, str
     return "\n".join([
         f"# {stage_title(stage)}\n",
         GENERATED,
-        note("abstract", "The one change", stage.change),
+        change_box(stage.change),
         headline_md,
         lead_md,
         f"{_facts(stage)}\n",

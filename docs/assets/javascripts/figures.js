@@ -1,19 +1,28 @@
-// Figures of the generated site (site_gen): the full-screen view of any figure, and the gallery's
-// filters and stage-beside-stage comparison. Plain DOM, no dependency.
+// Figures of the generated site (site_gen): the full-screen view of any figure, pictures and diffs
+// loaded when the reader comes near them, and the gallery's filters and stage-beside-stage
+// comparison. Plain DOM, no dependency.
 //
-// Full screen: the figure's own <svg> moves into an overlay at a size where its smallest text is at
-// least MIN_TEXT_PX on screen (or wider, to fill the window); the overlay scrolls both ways (pan),
-// "−" and "+" zoom, Escape or "Close" puts the picture back where it was.
+// Full screen: the figure's <svg> (wherever it sits inside .hd-figure-svg: a wide figure wraps it in
+// a scroller) moves into an overlay at a size where its smallest text is at least MIN_TEXT_PX on
+// screen (or wider, to fill the window); the overlay scrolls both ways (pan), "−" and "+" zoom,
+// Escape or "Close" puts the picture back where it was.
+//
+// Deferred (.hd-deferred[data-src]): a figure's SVG file or a stage's diff, kept out of the page to
+// keep it light (site_gen/fragments.py); fetched when it nears the screen or is asked for, and put
+// in the placeholder's place (an SVG inline, so it follows the theme).
+//
+// Wide figures (.hd-figure-scroll) keep their text legible by scrolling sideways; while one is
+// wider than its column it gets .hd-overflowing, which shows the hint above it.
 (function () {
   "use strict";
   var MIN_TEXT_PX = 11;
   var viewer = null;
-  var current = null; // {svg, home, next}
+  var current = null; // {svg, home, next, figure, zoom, minZoom}
 
   function smallestFont(svg) {
     var min = Infinity;
     svg.querySelectorAll("text").forEach(function (t) {
-      var size = parseFloat(t.getAttribute("font-size") || "12");
+      var size = parseFloat(t.getAttribute("font-size") || svg.getAttribute("font-size") || "12");
       if (size < min) min = size;
     });
     return min === Infinity ? 12 : min;
@@ -29,6 +38,81 @@
     return MIN_TEXT_PX / smallestFont(svg);
   }
 
+  function pictureOf(figure) {
+    var pic = figure.querySelector(".hd-figure-svg");
+    return pic && pic.querySelector("svg");
+  }
+
+  // --- loading on demand ------------------------------------------------------------------------
+  var loading = new WeakMap();
+
+  function load(el) {
+    if (loading.has(el)) return loading.get(el);
+    var src = el.getAttribute("data-src");
+    var done = fetch(src).then(function (r) {
+      if (!r.ok) throw new Error(src + ": " + r.status);
+      return r.text();
+    }).then(function (text) {
+      if (!el.parentNode) return null;
+      var nodes;
+      if (/\.svg(?:$|[?#])/.test(src)) {
+        var doc = new DOMParser().parseFromString(text, "image/svg+xml");
+        var svg = doc.documentElement;
+        if (svg.nodeName.toLowerCase() !== "svg") throw new Error(src + ": not an SVG");
+        svg.removeAttribute("width");  // the file's explicit size and opaque background: the page's
+        svg.removeAttribute("height"); // column and theme take over
+        svg.querySelectorAll(".hd-file-bg").forEach(function (r) { r.remove(); });
+        nodes = [document.importNode(svg, true)];
+      } else {
+        var t = document.createElement("template");
+        t.innerHTML = text;
+        t.content.querySelectorAll("meta").forEach(function (m) { m.remove(); });
+        nodes = Array.prototype.slice.call(t.content.childNodes);
+      }
+      var parent = el.parentNode;
+      nodes.forEach(function (n) { parent.insertBefore(n, el); });
+      el.remove();
+      init();
+      return nodes[0];
+    }).catch(function (err) {
+      el.classList.add("hd-deferred-failed");
+      if (window.console) console.warn("figures.js: " + err);
+      loading.delete(el);
+      return null;
+    });
+    loading.set(el, done);
+    return done;
+  }
+
+  var observer = null;
+  function wireDeferred(root) {
+    var waiting = root.querySelectorAll(".hd-deferred[data-src]");
+    if (!waiting.length) return;
+    if (!observer && "IntersectionObserver" in window) {
+      observer = new IntersectionObserver(function (entries) {
+        entries.forEach(function (e) {
+          if (e.isIntersecting) { observer.unobserve(e.target); load(e.target); }
+        });
+      }, { rootMargin: "800px 0px" });
+    }
+    waiting.forEach(function (el) {
+      if (el.dataset.hdWired) return;
+      el.dataset.hdWired = "1";
+      if (observer) observer.observe(el);
+      else load(el);
+    });
+    // A link to a place at or inside what is not loaded yet (#diff): load the next such part now.
+    if (!wireDeferred.hashDone && location.hash) {
+      wireDeferred.hashDone = true;
+      var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+      var next = target && Array.prototype.filter.call(waiting, function (el) {
+        return target.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING;
+      })[0];
+      if (next) load(next).then(function () { target.scrollIntoView(); });
+    }
+  }
+
+  // --- full screen ------------------------------------------------------------------------------
   function build() {
     viewer = document.createElement("div");
     viewer.className = "hd-viewer";
@@ -69,10 +153,14 @@
   }
 
   function open(figure) {
+    var svg = pictureOf(figure);
+    if (!svg) {  // not loaded yet: load it, then open
+      var later = figure.querySelector(".hd-figure-svg .hd-deferred[data-src]");
+      if (later) load(later).then(function (el) { if (el) open(figure); });
+      return;
+    }
     if (!viewer) build();
     if (current) close();
-    var svg = figure.querySelector(".hd-figure-svg > svg");
-    if (!svg) return;
     current = { svg: svg, home: svg.parentNode, next: svg.nextSibling, figure: figure };
     var stage = viewer.querySelector(".hd-viewer-stage");
     viewer.querySelector(".hd-viewer-title").textContent = figure.getAttribute("aria-label") || "";
@@ -98,7 +186,21 @@
     viewer.hidden = true;
     document.documentElement.style.overflow = "";
     if (button) button.focus();
+    overflowing();
   }
+
+  // --- wide figures -----------------------------------------------------------------------------
+  function overflowing() {
+    document.querySelectorAll("figure.hd-figure-scroll").forEach(function (fig) {
+      var pic = fig.querySelector(".hd-figure-svg");
+      if (pic) fig.classList.toggle("hd-overflowing", pic.scrollWidth > pic.clientWidth + 1);
+    });
+  }
+  var resizing = null;
+  window.addEventListener("resize", function () {
+    if (resizing) cancelAnimationFrame(resizing);
+    resizing = requestAnimationFrame(overflowing);
+  });
 
   function wireFigures(root) {
     root.querySelectorAll("figure.hd-figure").forEach(function (fig) {
@@ -107,8 +209,11 @@
       var button = fig.querySelector(".hd-zoom");
       if (button) button.addEventListener("click", function () { open(fig); });
       var pic = fig.querySelector(".hd-figure-svg");
-      if (pic) pic.addEventListener("click", function () { open(fig); });
+      if (pic) pic.addEventListener("click", function (e) {
+        if (!e.target.closest("a")) open(fig);
+      });
     });
+    overflowing();
   }
 
   // --- the gallery ------------------------------------------------------------------------------
@@ -188,6 +293,7 @@
 
   function init() {
     wireFigures(document);
+    wireDeferred(document);
     wireGallery(document);
   }
 
