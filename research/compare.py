@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hopattn import build, lineage
+from hopattn.records import runs
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "build" / "compare"
@@ -248,4 +249,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
     sys.exit(main())

@@ -3,13 +3,16 @@
     python3 research/devtime.py 4,16,8192 [stages] [causal]
 """
 import sys
+from functools import partial
 
+import hopattn
 import torch
 import torch.nn.functional as F
 import triton
+from hopattn.records import runs
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import hopattn
+print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
 
 B, H, L = (4, 16, 8192) if len(sys.argv) < 2 else map(int, sys.argv[1].split(","))
 stages = [int(s) for s in sys.argv[2].split(",")] if len(sys.argv) > 2 else [s.number for s in hopattn.stages()]
@@ -25,12 +28,12 @@ def t(fn):
 rows = []
 for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
     with sdpa_kernel(be):
-        ms = t(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        ms = t(partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal))
     rows.append((name, ms))
 for s in stages:
     if causal and not hopattn.stages()[s - 1].causal:
         continue
-    ms = t(lambda: hopattn.attention(q, k, v, stage=s, causal=causal))
+    ms = t(partial(hopattn.attention, q, k, v, stage=s, causal=causal))  # this stage, bound now
     info = hopattn.stage_info(s)
     rows.append((f"stage {s:02d} (regs {info['registers']})", ms))
 print(f"shape {B},{H},{L} {'causal' if causal else 'non-causal'}")

@@ -16,9 +16,9 @@ for short rows (len_k 64-192) -> the Q ring (q_empty); stage 15 only: columns pe
 """
 import sys
 
-import torch
-
 import hopattn
+import torch
+from hopattn.records import runs
 
 SHAPES = [  # (batch, heads, len_q, len_k): output tiles = batch * heads * len_q / 128
     (4, 33, 1024, 64),    # 1,056 tiles, 8 per CTA, one K/V tile each
@@ -74,4 +74,5 @@ def main(stages):
 
 
 if __name__ == "__main__":
+    print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
     sys.exit(main([int(s) for s in sys.argv[1:]] or [14, 15, 16]))

@@ -8,9 +8,11 @@ GPU waits for the launch). Stage 20's notes ("In real models") quote a run of it
 """
 
 import statistics
+from functools import partial
 
 import hopattn
 import torch
+from hopattn.records import runs
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -39,15 +41,16 @@ def main():
         qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
         gflop = 4 * batch * heads * len_q * len_k * 128 / 1e9
         tag = f"{batch},{heads},{len_q},{len_k}"
-        arms = {"hopattn bshd": lambda: hopattn.attention(q, k, v, layout="bshd"),
-                "hopattn bhsd view": lambda: hopattn.attention(qh, kh, vh),
-                "sdpa default": lambda: sdpa(qh, kh, vh)}
+        # each arm a call on this shape's tensors, bound now (not the loop's variables)
+        arms = {"hopattn bshd": partial(hopattn.attention, q, k, v, layout="bshd"),
+                "hopattn bhsd view": partial(hopattn.attention, qh, kh, vh),
+                "sdpa default": partial(sdpa, qh, kh, vh)}
         for name, fn in arms.items():
             ms = median_ms(fn)
             print(f"{tag} {name:18s} {ms:7.3f} ms {gflop / ms:6.1f} TFLOP/s", flush=True)
         for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
             with sdpa_kernel([backend]):
-                ms = median_ms(lambda: sdpa(qh, kh, vh))
+                ms = median_ms(partial(sdpa, qh, kh, vh))
             print(f"{tag} sdpa {backend.name:13s} {ms:7.3f} ms {gflop / ms:6.1f} TFLOP/s", flush=True)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             hopattn.attention(q, k, v, layout="bshd")
@@ -56,4 +59,5 @@ def main():
 
 
 if __name__ == "__main__":
+    print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
     main()

@@ -5,9 +5,8 @@
 FA4 is warmed up (its JIT compile) outside the profiled range by the kernel filter: only kernels
 whose names match are profiled, and FA4's first call compiles before it launches.
 """
-import torch
-
 import hopattn
+import torch
 from flash_attn.cute import flash_attn_func
 
 B, H, L = 4, 16, 8192

@@ -4,9 +4,8 @@
 """
 import sys
 
-import torch
-
 import hopattn
+import torch
 
 B, H, L = 4, 16, 4096
 q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -69,7 +69,7 @@ def producer(tiles: list[int], rings: dict[str, Ring], fixed: bool) -> Iterator[
             continue  # no row sees a key: nothing to load
         yield from acquire("q")
         publish("q")
-        for step in range(tile):
+        for _ in range(tile):
             yield from acquire("k")
             publish("k")
             if pending_v:

@@ -34,9 +34,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default="hung")
     args = parser.parse_args(argv)
 
-    import torch
-
     import hopattn
+    import torch
 
     shapes = HUNG if args.shapes == "hung" else [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
     bad = 0

@@ -4,9 +4,8 @@
 """
 import sys
 
-import torch
-
 import hopattn
+import torch
 
 SHAPES = [  # (batch, heads, len_q, len_k, causal, layout)
     (1, 3, 1000, 300, True, "bhsd"),   # rows that see no key, CTAs with nothing but zero rows

@@ -26,6 +26,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hopattn.records import runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import compare  # noqa: E402  (research/compare.py: building variants, launching them)
@@ -81,4 +83,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
     sys.exit(main())

@@ -3,11 +3,21 @@
 A development tool, not the benchmark harness: numbers from it go into notes as such, never into
 bench/results. Run on the GPU machine: python3 research/variants.py s06,s06_lb3
 """
-import math, re, sys, tempfile, subprocess, os
-from pathlib import Path
+import math
+import os
+import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
-import torch, triton
+from functools import partial
+from pathlib import Path
+
+import torch
+import triton
 from hopattn import api, build, lineage
+from hopattn.records import runs
+
+print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
 
 VARIANTS = {  # name: (stage folder or .cu file, {constant: value}, min blocks per SM for __launch_bounds__)
     "s05": ("05_cp-async", {}, None),
@@ -106,6 +116,16 @@ with ThreadPoolExecutor(16) as ex:
 SHAPES = [tuple(int(x) for x in sh.split(",")) for sh in os.environ.get("VARIANT_SHAPES", "4,16,8192,0").split(";")]
 native = api._native()
 ROUNDS = int(os.environ.get("VARIANT_ROUNDS", "1"))  # the whole list again, for a spread (order effects, clocks)
+
+
+def launcher(lib, q, k, v, o, st, B, H, L, causal):
+    """One launch of a built variant, its tensors and sizes bound now (not the loop's variables)."""
+    def run():
+        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), st, st, st, st, B, H, L, L, 128,
+                   1 / math.sqrt(128), bool(causal), 132, torch.cuda.current_stream().cuda_stream)
+    return run
+
+
 for B, H, L, causal in SHAPES:
     print(f"shape {B},{H},{L} {'causal' if causal else 'non-causal'}", flush=True)
     q, k, v = (torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16) * 2 for _ in range(3))
@@ -118,11 +138,10 @@ for B, H, L, causal in SHAPES:
         o = torch.full_like(q, float("nan"))
         L_ = native.StageLibrary(str(lib))
         st = (H * L * 128, L * 128, 128)
-        def run():
-            L_.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), st, st, st, st, B, H, L, L, 128,
-                      1 / math.sqrt(128), bool(causal), 132, torch.cuda.current_stream().cuda_stream)
+        run = launcher(L_, q, k, v, o, st, B, H, L, causal)
         try:
-            run(); torch.cuda.synchronize()
+            run()
+            torch.cuda.synchronize()
         except Exception as e:
             print(f"{name:16s} LAUNCH FAILED {e}", flush=True)
             continue
@@ -136,7 +155,7 @@ for B, H, L, causal in SHAPES:
             print(f"{'fa4':16s} NOT IMPORTABLE {e}", flush=True)
             continue
         qs, ks, vs = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-        run = lambda: flash_attn_func(qs, ks, vs, causal=bool(causal))
+        run = partial(flash_attn_func, qs, ks, vs, causal=bool(causal))
         out = run()
         out = out[0] if isinstance(out, tuple) else out
         err = ((out.transpose(1, 2).float() - ref).norm() / ref.norm()).item()

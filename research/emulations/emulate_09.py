@@ -187,7 +187,7 @@ def run(len_k, scale, seed):
                     tm = tile_max[base:base + 4, half].max()
                     t = 32 * w + lane
                     grew |= bool((tm - row_max[t, half]) * scale_log2 > 8.0)
-            qmax = np.array([[tile_max[l - l % 4:l - l % 4 + 4, h].max() for h in range(2)] for l in range(32)])
+            qmax = np.array([[tile_max[ln - ln % 4:ln - ln % 4 + 4, h].max() for h in range(2)] for ln in range(32)])
             if grew:
                 rescales += 1
                 for lane in range(32):

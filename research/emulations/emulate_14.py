@@ -107,10 +107,11 @@ def persistent_math(tiles, scale, reset_o=True, reset_max=True, reset_sum=True):
         n = k.shape[0] // BLOCK_N
         st = {}
 
-        def qk(t):
+        # The helpers take this tile's q, k, v and state as bound values, not as the loop's variables.
+        def qk(t, q=q, k=k):
             return (q.astype(np.float32) @ k[t * BLOCK_N:(t + 1) * BLOCK_N].astype(np.float32).T).astype(np.float32)
 
-        def softmax(sc):
+        def softmax(sc, st=st):
             nonlocal row_max, row_sum
             tile_max = sc.max(1)
             grew = (tile_max - row_max) * sl > e13.RESCALE_THRESHOLD
@@ -123,12 +124,12 @@ def persistent_math(tiles, scale, reset_o=True, reset_max=True, reset_sum=True):
             row_sum = row_sum + ex.sum(1)
             st.update(exps=ex, corr=corr, rescale=warp_any)
 
-        def rescale_and_pack():
+        def rescale_and_pack(st=st):
             nonlocal o
             o = np.where(st["rescale"][:, None], o * st["corr"][:, None], o).astype(np.float32)
             st["p"] = e9.bf16(st["exps"])
 
-        def pv(t, o_in):
+        def pv(t, o_in, st=st, v=v):
             return (o_in + st["p_issued"] @ v[t * BLOCK_N:(t + 1) * BLOCK_N].astype(np.float32)).astype(np.float32)
 
         softmax(qk(0))
@@ -213,7 +214,7 @@ def consumer_program(c, out_tiles, n, last_arrive_skipped=True, skip_last_arrive
         base = i * n
         last_out = i == out_tiles - 1
 
-        def kv(t):
+        def kv(t, base=base):  # bound now: the tile's first K/V index
             g = base + t
             b = (t if kv_index_per_tile else g)  # BUG variant: buffer index restarts per tile
             return ("kv", g, b)
@@ -276,7 +277,7 @@ def simulate(out_tiles, n, seed, stages=KV_STAGES, q_stages=Q_STAGES, program=co
         for i in range(out_tiles):
             qb = i % q_stages
 
-            def load_q():
+            def load_q(i=i, qb=qb):  # bound now: this output tile and its Q buffer
                 nonlocal q_empty_phase
                 if i >= q_stages and producer_waits_q:
                     while not q_empty[qb].try_wait((q_empty_phase >> qb) & 1):
@@ -290,7 +291,7 @@ def simulate(out_tiles, n, seed, stages=KV_STAGES, q_stages=Q_STAGES, program=co
 
             if not producer_q_after_kv:
                 yield from load_q()
-            for t in range(n):
+            for _ in range(n):
                 b = it % stages
                 if it >= stages:
                     while not empty[b].try_wait((empty_phase >> b) & 1):

@@ -33,12 +33,9 @@ one instruction fall in 32 different banks.
 """
 import random
 
-import numpy as np
-
 import emulate_09 as e9
 import emulate_11 as e11
 import emulate_12 as e12
-import emulate_13 as e13
 
 HEAD_DIM, WG_ROWS, CONSUMERS, BLOCK_M, BLOCK_N, KV_STAGES, Q_STAGES = 128, 64, 2, 128, 64, 4, 2
 WARPS_PER_WG = 4
@@ -119,7 +116,7 @@ def consumer_program(c, out_tiles, n, last_arrive_skipped=True, skip_last_arrive
         base = i * n
         last_out = i == out_tiles - 1
 
-        def kv(t):
+        def kv(t, base=base):  # bound now: the tile's first K/V index
             g = base + t
             b = (t if kv_index_per_tile else g)  # BUG variant: buffer index restarts per tile
             return ("kv", g, b)
@@ -203,7 +200,7 @@ def simulate(out_tiles, n, seed, stages=KV_STAGES, q_stages=Q_STAGES, program=co
         for i in range(out_tiles):
             qb = i % q_stages
 
-            def load_q():
+            def load_q(i=i, qb=qb):  # bound now: this output tile and its Q buffer
                 nonlocal q_empty_phase
                 if i >= q_stages and producer_waits_q:
                     while not q_empty[qb].try_wait((q_empty_phase >> qb) & 1):
@@ -217,7 +214,7 @@ def simulate(out_tiles, n, seed, stages=KV_STAGES, q_stages=Q_STAGES, program=co
 
             if not producer_q_after_kv:
                 yield from load_q()
-            for t in range(n):
+            for _ in range(n):
                 b = it % stages
                 if it >= stages:
                     while not empty[b].try_wait((empty_phase >> b) & 1):

@@ -63,7 +63,7 @@ def run(tiles_per_unit, units, seed, bug=None):
     rng = random.Random(seed)
     empty_count = CONSUMERS * WARPS * (1 if bug == "local_count" else 2)
     cta = []
-    for r in range(2):
+    for _ in range(2):
         cta.append({
             "full": {ring: [Barrier(1) for _ in range(STAGES)] for ring in "KV"},
             "empty": {ring: [Barrier(empty_count) for _ in range(STAGES)] for ring in "KV"},
@@ -186,7 +186,7 @@ def check(bug=None, trials=300):
             run(*shape, seed, bug)
         except Violation as v:
             if bug is None:
-                raise AssertionError(f"seed {seed}, shape {shape}: {v}")
+                raise AssertionError(f"seed {seed}, shape {shape}: {v}") from v
             caught += 1
     return caught
 

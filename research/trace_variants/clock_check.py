@@ -11,6 +11,7 @@ import sys
 
 import torch
 from hopattn import api, build, lineage
+from hopattn.records import runs
 
 from bench import trace as bt
 
@@ -52,4 +53,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
     main(sys.argv[1:])

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hopattn import build, lineage
-from hopattn.records import traces
+from hopattn.records import runs, traces
 
 from bench import trace as bt
 
@@ -273,4 +273,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    print(runs.log_header(runs.script_command()), flush=True)  # first: a log kept under bench/logs says what made it
     sys.exit(main())

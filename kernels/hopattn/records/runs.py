@@ -11,7 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -77,6 +79,13 @@ def log_header(command: str, git: tuple[str | None, bool | None] | None = None, 
     source = "source unknown" if commit is None else f"source {commit[:7]}"
     source += {True: " with uncommitted changes", False: ""}.get(dirty, "")
     return f"# {command} ({date or run_id_and_date()[1]}, {source})"
+
+
+def script_command(argv: list[str] | None = None) -> str:
+    """The command line of a script run as ``python <path> <args>`` (research/), its path as
+    shown_path gives it: 'python research/compare.py 21 fa3 --shapes 8k'."""
+    argv = sys.argv if argv is None else argv
+    return shlex.join(["python", shown_path(argv[0]).removesuffix(" (outside the repository)"), *argv[1:]])
 
 
 def shown_path(path, root: Path = REPO_ROOT) -> str:
