@@ -318,9 +318,10 @@ def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
 # whose row maxima move far, which random inputs never do. They reach the paths a softmax takes only
 # then: stage 06's rescale past its threshold, and stage 21's rebase (rising) and recomputed tile
 # (jump: 2^160 overflows fp32).
-# jump-window: one block about 127 log2 units above the rest, so its exponentials against the earlier
-# reference are finite but above 2^126; a rebase by their size needs a factor below fp32's smallest
-# normal number (ex2.approx flushes it to 0: stage 21's first rebase erased such rows).
+# jump-window: one key of a block about 127 log2 units above the rest, so its exponential against the
+# earlier reference is finite, above 2^126, and the per-thread sum holding it stays finite; a rebase by
+# its size needs a factor below fp32's smallest normal number (ex2.approx flushes it to 0: stage 21's
+# first rebase erased such rows). A whole block that high would overflow the sums instead ("jump").
 MAXIMA_PROFILES = {"rising": 30.0, "rising-slow": 5.0, "jump": 160.0, "jump-window": 127.0, "falling": 40.0}
 
 
@@ -335,7 +336,9 @@ def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int, *, sca
     block = torch.arange(lk, device="cuda", dtype=torch.float64) // 128
     step = MAXIMA_PROFILES[kind] if step is None else step
     jump = torch.where(block == jump_block, step, 0.0)
-    exponent = {"rising": block * step, "rising-slow": block * step, "jump": jump, "jump-window": jump,
+    keys = torch.arange(lk, device="cuda")
+    one_key = torch.where(keys == min(lk - 1, jump_block * 128 + 37), step, 0.0)
+    exponent = {"rising": block * step, "rising-slow": block * step, "jump": jump, "jump-window": one_key,
                 "falling": torch.where(block == 0, step, -8.0 * block)}[kind]
     log2_per_raw = scale / math.log(2)  # a raw q·k times this is its exponent in log2 units
     direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
@@ -386,8 +389,8 @@ def numeric_inputs(case: dict, seed: int):
     def normal(shape, m=mag):
         return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64) * m
 
-    if kind == "student_t":
-        q, k, v = (_student_t(s, case["dof"], gen) * mag for s in (qs, ks, ks))
+    if kind == "student_t":  # tails cut at 10^6: scores stay inside fp32's range at every scale drawn
+        q, k, v = (_student_t(s, case["dof"], gen).clamp(-1e6, 1e6) * mag for s in (qs, ks, ks))
     elif kind.startswith("outlier"):
         # One key per K/V head, at a random row of the chosen tile, along a direction every query leans
         # towards: its score stands `step` log2 units (at this scale) above a typical one.
@@ -412,13 +415,27 @@ def numeric_inputs(case: dict, seed: int):
     return tuple(t.clamp(-3e38, 3e38).to(torch.bfloat16) for t in (q, k, v))
 
 
-def numeric_check(stage: int, case: dict, seed: int) -> dict:
+def largest_exponent(q, k, scale: float) -> float:
+    """The largest |scale q·k| of the inputs in log2 units (float64), over all heads and rows."""
+    group = q.shape[1] // k.shape[1]
+    top = 0.0
+    for h in range(k.shape[1]):
+        s = torch.matmul(q[:, h * group:(h + 1) * group].double(), k[:, h:h + 1].double().transpose(-1, -2))
+        top = max(top, s.abs().max().item())
+    return top * scale / math.log(2)
+
+
+def numeric_check(stage: int, case: dict, seed: int, exponent_limit: float | None = None) -> dict:
     """One stage on one numeric case: the output (poisoned first) within the bound that a float32
     computation on the same bf16 inputs sets, 2 e32 + 2^-7 max|v| + 2^-126, where e32 is the float32
     computation's largest error against float64 (2^-7 max|v|: rounding P and the output to bf16, each
     at most 2^-8 of the largest |v|; 2^-126: values below fp32's smallest normal may flush to 0). Rows
     that see no key must be exactly 0."""
     q, k, v = numeric_inputs(case, seed)
+    if exponent_limit is not None:  # a stage whose documented range ends there: not launched beyond it
+        top = largest_exponent(q, k, case["scale"])
+        if top > exponent_limit:
+            return {"beyond": top}
     kx, vx = k, v
     if k.shape[1] != q.shape[1] and not _stage(stage).gqa:  # a stage before grouped K/V heads: repeated
         kx, vx = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))

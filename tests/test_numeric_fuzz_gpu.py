@@ -26,11 +26,20 @@ NUMERIC = numeric_cases(GPU_SEED)
 CASES = [(s, i, c) for i, c in enumerate(NUMERIC) for s in FULL]
 
 
+# Stages 17-20 take the exponentials against the row maximum times the scale rounded to nearest: past
+# 2^31 log2 units its rounding error alone overflows an exponential. Their range ends at 2^28 (scores of
+# |scale q·k| up to about 1.9e8); stages 21 on round that product up, and take every score fp32 holds.
+EXPONENT_LIMIT = {s.number: 2.0 ** 28 for s in FULL if s.number < 21}
+
+
 @pytest.mark.parametrize("stage, index, case", CASES, ids=[f"{s.name}-{i:03d}-{c.kind}" for s, i, c in CASES])
 def test_numeric_range(gpu, stage, index, case):
     seed = GPU_SEED + index
-    gpu.call("numeric_check", label=f"stage {stage.id}, numeric #{index}, {case.label()}, seed {seed}", timeout=60,
-             stage=stage.number, case=case.asdict(), seed=seed)
+    result = gpu.call("numeric_check", label=f"stage {stage.id}, numeric #{index}, {case.label()}, seed {seed}",
+                      timeout=60, stage=stage.number, case=case.asdict(), seed=seed,
+                      exponent_limit=EXPONENT_LIMIT.get(stage.number))
+    if "beyond" in result:
+        pytest.skip(f"scores reach {result['beyond']:.3g} log2 units, past stage {stage.id}'s range (2^28)")
 
 
 # The issue's report: unit-normal inputs, a few hundred queries and keys, two batches, three heads.

@@ -74,6 +74,7 @@ def unregister(name: str = "hopattn") -> None:
     # Attention processors keep the member they were set to: their next call gets this error, not a
     # bare KeyError from the registry.
     registry.register(member, constraints=[])(_unregistered(name))
+    registry._supports_context_parallel.discard(member.value)
     if registry._active_backend == member:
         registry._active_backend = Names.NATIVE
     _remove_member(Names, member)

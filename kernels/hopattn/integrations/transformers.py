@@ -62,9 +62,10 @@ EAGER_ONLY = {"s_aux": "attention sinks", "softcap": "logit softcapping",
               "output_attentions": "attention weights requested"}
 # Keyword arguments that say nothing the kernel, given the mask, would get wrong: positions and
 # packed-sequence bounds (the mask already holds the packing), and the flags of the model's forward.
+# (Sparse-attention indices, `indices` and `block_indices`, are not among them: they go to eager.)
 PASSIVE = {"position_ids", "cache_position", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
            "output_hidden_states", "use_cache", "past_key_values", "return_dict", "sliding_window", "position_bias",
-           "layer_idx", "indices"}
+           "layer_idx", "deterministic", "output_router_logits", "encoder_hidden_states"}
 SDPA = "SDPA"
 EAGER = "the model's eager attention"
 
