@@ -26,10 +26,12 @@ NUMERIC = numeric_cases(GPU_SEED)
 CASES = [(s, i, c) for i, c in enumerate(NUMERIC) for s in FULL]
 
 
-# Stages 17-20 take the exponentials against the row maximum times the scale rounded to nearest: past
-# 2^31 log2 units its rounding error alone overflows an exponential. Their range ends at 2^28 (scores of
-# |scale q·k| up to about 1.9e8); stages 21 on round that product up, and take every score fp32 holds.
-EXPONENT_LIMIT = {s.number: 2.0 ** 28 for s in FULL if s.number < 21}
+# The range of the scores every stage computes exactly: |scale q·k| up to 2^30 log2 units (7.4e8 in
+# natural units; real models stay below 10^4). Each exponential is 2^(s scale_log2 - m scale_log2), one
+# FFMA against the row maximum times the scale rounded once per row: the common factor that rounding
+# leaves cancels in the division, but past 2^30 it reaches 2^64 and more, and exponentials overflow or
+# underflow together. A case beyond it is reported as a skip naming its scores, not launched.
+EXPONENT_LIMIT = 2.0 ** 30
 
 
 @pytest.mark.parametrize("stage, index, case", CASES, ids=[f"{s.name}-{i:03d}-{c.kind}" for s, i, c in CASES])
@@ -37,9 +39,9 @@ def test_numeric_range(gpu, stage, index, case):
     seed = GPU_SEED + index
     result = gpu.call("numeric_check", label=f"stage {stage.id}, numeric #{index}, {case.label()}, seed {seed}",
                       timeout=60, stage=stage.number, case=case.asdict(), seed=seed,
-                      exponent_limit=EXPONENT_LIMIT.get(stage.number))
+                      exponent_limit=EXPONENT_LIMIT)
     if "beyond" in result:
-        pytest.skip(f"scores reach {result['beyond']:.3g} log2 units, past stage {stage.id}'s range (2^28)")
+        pytest.skip(f"scores reach {result['beyond']:.3g} log2 units, past the kernels' range (2^30)")
 
 
 # The issue's report: unit-normal inputs, a few hundred queries and keys, two batches, three heads.

@@ -515,10 +515,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     // Against 0 for a row that has seen no key: its scores are all -inf, 2^-inf = 0.
-                    // Rounded up: max_scaled >= s * scale_log2 for every score s <= the max, so no exponential
-                    // exceeds 1 however large the scores (rounded to nearest, the max's own exponent is the
-                    // product's rounding error: past 2^31 log2 units that is over 128, and 2^128 overflows).
-                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : __fmul_ru(row_max[half], scale_log2);
+                    const float max_scaled = row_max[half] == -INFINITY ? 0.f : row_max[half] * scale_log2;
                     #pragma unroll
                     for (int j = 0; j < BLOCK_N / 8; ++j) {
                         s[4 * j + 2 * half] = exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));
@@ -569,8 +566,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
                 const float sum_before[2] = {row_sum[0], row_sum[1]};
                 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
-                    // Finite: the first tile saw every row's keys. Rounded up, as in softmax: the same reference.
-                    const float max_scaled = __fmul_ru(row_max[half], scale_log2);
+                    const float max_scaled = row_max[half] * scale_log2;  // finite: the first tile saw every row's keys
                     #pragma unroll
                     for (int j = 0; j < BLOCK_N / 8; ++j) {
                         s[4 * j + 2 * half] = exp2_approx(fmaf(s[4 * j + 2 * half], scale_log2, -max_scaled));
@@ -759,7 +755,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) attention_kernel(const __grid_
             const float sum = quad_sum(row_sum[half]);
             inv_sum[half] = sum > 0.f ? 1.f / sum : 0.f;
             if (p.lse != nullptr && quad == 0 && my_row[half] < p.len_q) {
-                const float lse = sum > 0.f ? (__fmul_ru(row_max[half], scale_log2) + __log2f(sum)) * 0.6931471805599453f
+                const float lse = sum > 0.f ? (row_max[half] * scale_log2 + __log2f(sum)) * 0.6931471805599453f
                                             : -INFINITY;
                 p.lse[(int64_t(t.batch) * p.heads + t.head) * p.len_q + my_row[half]] = lse;
             }
