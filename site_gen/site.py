@@ -99,7 +99,8 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
             mine = _diagrams(s, stages, specs, cache)
             drawn[s.number] = (s, mine)
             lead = stage.lead_for(s, mine)
-            # the timeline part is the measured one (below); the model's own window is in the gallery
+            # the timeline part is the measured one (below); the model's own window is the gallery's for a
+            # stage without a trace
             parts = diagrams.stage_parts(s, [d for d in mine if d.kind != "timeline"], drawn, lead, site)
             lead_md = diagrams.lead_figure(mine, lead, site)
         with naming(f"the timeline of stage {s.name}", root / "bench" / "results" / "traces", root):
