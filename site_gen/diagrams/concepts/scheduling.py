@@ -328,7 +328,7 @@ def tile_coordinates(stage, stages):
     y = 198
     end = stretch(y, f"stage {stage.number}", after, "ok", "the same, no division")
     c.text(end + 8, y + 24, f"{after['instructions']} instructions", size=12, weight="600", fill="ok")
-    c.text(x0, y + 56, "CS2R: zeroing O's accumulators (a pair of registers each), in both; the rest is what the "
+    c.text(x0, y + 56, "CS2R: zeroing registers, two each (O's accumulators take 32), in both; the rest is what the "
                        "multipliers shortened.", size=11, fill="muted")
 
     # One division, compiled alone (tests/test_fast_divmod.py checks these against nvcc's SASS).
