@@ -84,7 +84,10 @@ def test_removed_stage_disappears(site_root):
 
 def test_a_stage_edited_since_it_was_measured_is_stale(site_root):
     kernel = site_root / "kernels" / "attention" / "02_smem-tiles" / "kernel.cu"
-    kernel.write_text(kernel.read_text() + "// edited after the benchmark run\n")
+    kernel.write_text(kernel.read_text() + "// a comment fixed after the benchmark run\n")
+    page = render(site_root).pages["stages/02-smem-tiles.md"]
+    assert 'class="hd-stale"' not in page and "Stale compiler facts" not in page  # a comment changes no number
+    kernel.write_text(kernel.read_text() + "constexpr int EDITED_AFTER_THE_RUN = 1;\n")
     out = render(site_root)
     page = out.pages["stages/02-smem-tiles.md"]
     assert 'class="hd-stale"' in page and 'class="hd-stale"' not in out.pages["stages/01-baseline.md"]
@@ -106,13 +109,14 @@ def test_bad_results_fail_loudly_naming_file_and_field(site_root):
 
 
 def test_a_failing_diagram_names_the_stage_its_file_and_the_code(site_root):
-    # A spec hint the lineage does not check but the diagrams use: a number where an engine name goes.
+    # A spec the lineage accepts (every key of its type) but the diagrams cannot draw: a schedule whose
+    # first op waits for the same iteration's last, so the timeline model deadlocks.
     spec = site_root / "kernels" / "attention" / "02_smem-tiles" / "stage.toml"
-    spec.write_text(spec.read_text().replace('kv_load = "ld.global + st.shared"', "kv_load = 5"))
+    spec.write_text(spec.read_text().replace('after = ["prev.pv"]', 'after = ["pv"]', 1))
     with pytest.raises(site.SectionError) as err:
         render(site_root)
     msg = str(err.value)
-    assert "kernels/attention" in msg and "diagrams" in msg and "site_gen/diagrams/engines.py:" in msg
+    assert "kernels/attention" in msg and "diagrams" in msg and "site_gen/diagrams/schedule.py:" in msg
 
 
 def test_no_results_still_renders(tmp_path):
