@@ -6,9 +6,10 @@ What a number quotes is read from where it stands:
 - **Its source** is the nearest run or log the text cites above it in the same section (a run id
   such as ``run 20261129T173630Z`` or ``T181749Z``, or a log such as
   ``bench/logs/nvidia-h200-20261129T1736.log`` or ``…T1044.log``). A run the committed results
-  file holds (bench/results/nvidia-h200.json) is checked against that file; an earlier run that
-  the file no longer holds is checked against the summary table of its log in bench/logs/ (the
-  harness prints every arm's TFLOP/s and ratios there). Text that cites nothing quotes the
+  file holds (bench/results/nvidia-h200.json) is checked against that file; an earlier run, or a
+  run whose entries a later run replaced in the file (it keeps one entry per arm, shape and mask),
+  is checked against the summary table of its log in bench/logs/ (the harness prints every arm's
+  TFLOP/s and ratios there). Text that cites nothing quotes the
   results file as it is now.
 - **What it is** comes from the table it stands in (a column ``TFLOP/s``, ``stage 17``,
   ``FA3``, ``vs FA4``, ``22 / FA3``, ``over cuDNN``, ``11 / 10``; a row naming the shape and the
@@ -48,7 +49,8 @@ BY_LENGTH = {v: k for k, v in SHAPES.items()}
 PEER_WORDS = {"fa3": "fa3", "fa4": "fa4", "cudnn": "cudnn", "flashattention-3": "fa3", "flashattention-4": "fa4",
               "flashattention-2": "fa2"}
 MARKER = re.compile(r"^<!--\s*numbers:\s*unchecked,?\s*(.*?)\s*-->\s*$")
-RUN_RE = re.compile(r"\b(?:(20\d{6})T|(?<![\w/])T)(\d{6})Z\b")
+# a run id, "20261129T173630Z", or its start, "20261202T0007", or after one of the same day "T0009"
+RUN_RE = re.compile(r"(?<![\w-])(?:(20\d{6})T|T)(\d{6}Z|\d{4}(?![\d.]))")
 LOG_RE = re.compile(r"(?:bench/logs/)?((?:[a-z0-9-]+-)?(?:nvidia-h200-)?(20\d{6})T(\d{4})[\w.-]*?\.log)|…(T\d{4}[\w-]*\.log)")
 NUM = r"(\d+(?:\.\d+)?)"
 # tools that time or profile without writing a committed record: what they printed is quoted as is
@@ -275,7 +277,7 @@ def _citations(line: str, with_pos: bool = False) -> list:
     day = None
     for m in RUN_RE.finditer(line):
         day = m.group(1) or day
-        found.append((m.start(), f"run {day or '?'}T{m.group(2)}Z"))
+        found.append((m.start(), f"run {day or '?'}T{m.group(2).rstrip('Z')}"))
     last_day = None
     for m in LOG_RE.finditer(line):
         if m.group(1):
@@ -493,8 +495,15 @@ def sources(b: Block, rec: Records, cited: list[str] | None = None) -> list[tupl
             run = c[4:]
             if "?" in run:
                 continue
-            if run in rec.runs:
-                src = ("record", run)
+            full = next((r for r in sorted(rec.runs) if r.startswith(run)), None)
+            if full is not None:  # the file's entries of that run, else (a later run replaced them) its log
+                log = rec.log_of_run(full)
+                if log:
+                    if ("record", full) not in out:
+                        out.append(("record", full))
+                    src = ("log", log)
+                else:
+                    src = ("record", full)
             else:
                 log = rec.log_of_run(run)
                 src = ("log", log) if log else ("none", f"run {run} is in no committed record or log")
@@ -503,7 +512,9 @@ def sources(b: Block, rec: Records, cited: list[str] | None = None) -> list[tupl
             m = re.search(r"(20\d{6})T(\d{4})", name)
             run = next((r for r in rec.runs if m and r.startswith(f"{m.group(1)}T{m.group(2)}")), None)
             if run is not None and name.startswith(f"{GPU}-"):
-                src = ("record", run)
+                if ("record", run) not in out:
+                    out.append(("record", run))
+                src = ("log", name) if rec.log(name) else ("record", run)
             elif name.startswith(f"{GPU}-") and rec.log(name):
                 src = ("log", name)
             else:
@@ -702,8 +713,12 @@ README_SENTENCES = (
     (_words(rf"{NUM} in the harness \(and {NUM} at 8k\)"),
      (("tflops", "22", "16k", False), ("tflops", "22", "8k", False))),
     (_words(rf"FA3 made {NUM} at 16k"), (("tflops", "fa3", "16k", False),)),
-    (_words(rf"8k BSHD with the mask, {NUM} of FA3"), (("ratio", "22", "fa3", "8k-bshd", True),)),
-    (_words(rf"64 sequences of 512 keys with the mask: level, {NUM}"), (("ratio", "22", "fa3", "512x64", True),)),
+    (_words(rf"8k BSHD with the mask, {NUM}"), (("ratio", "22", "fa3", "8k-bshd", True),)),
+    (_words(rf"the medians read {NUM} against FA3's {NUM}"),
+     (("tflops", "22", "8k-bshd", True), ("tflops", "fa3", "8k-bshd", True))),
+    (_words(rf"64 sequences of 512 keys with the mask(?:: level)?, {NUM}"), (("ratio", "22", "fa3", "512x64", True),)),
+    (_words(rf"level with it at 4k and 8k causal \({NUM} and {NUM}\)"),
+     (("ratio", "22", "fa3", "4k", True), ("ratio", "22", "fa3", "8k", True))),
     (_words(rf"Its rounds spread {NUM} to {NUM} %"), (("spread", "22", "min"), ("spread", "22", "max"))),
 )
 

@@ -7,6 +7,8 @@ from hopattn.records import results
 
 from site_gen.benchmark_section import chart, headline, tables
 
+REPO = lineage.ATTENTION_DIR.parent.parent
+
 
 @pytest.fixture
 def inputs(site_root):
@@ -70,15 +72,24 @@ def test_every_ratio_is_to_a_peer_of_the_same_run():
 
 
 def _fastest_peer(nums, entry) -> str:
-    """The reference peer with the highest median TFLOP/s in the entry's own run, shape and mask."""
-    peers = [nums.peer(k, entry["shape"], entry["causal"]) for k in entry["ratios"]]
-    same_run = [p for p in peers if p is not None and p["status"] == "ok" and p["run_id"] == entry["run_id"]]
-    return max(same_run, key=lambda p: p["tflops"])["name"]
+    """The reference peer with the highest median TFLOP/s in the entry's own run, shape and mask: from
+    the results file, or, where a later run replaced that run's peers there, from the run's log."""
+    peers = {k: nums.peer(k, entry["shape"], entry["causal"]) for k in entry["ratios"]}
+    speeds = {k: p["tflops"] for k, p in peers.items() if p and p["status"] == "ok" and p["run_id"] == entry["run_id"]}
+    if len(speeds) < len(peers):
+        from quoted_numbers import Records, parse_log
+
+        log = Records.load().log_of_run(entry["run_id"])
+        assert log, f"no log of run {entry['run_id']}"
+        table = parse_log((REPO / "bench" / "logs" / log).read_text())
+        speeds = {k: table[("peer", k, entry["shape"], entry["causal"])]["tflops"] for k in peers}
+    return max(speeds, key=speeds.get)
 
 
 def test_the_fastest_peer_is_the_fastest_by_tflops_not_the_smallest_ratio():
-    """At 16k causal FA3 ran faster than FA4 (median TFLOP/s), while stages 17, 18, 21 and 22 have a
-    smaller per-round-median ratio to FA4: the cells name FA3, with the ratio to FA3."""
+    """At 16k causal FA3 ran faster than FA4 (median TFLOP/s) in run 20261201T181312Z, while stages 17
+    and 18 have a smaller per-round-median ratio to FA4: the cells name FA3, with the ratio to FA3,
+    though a later run has replaced that run's peers in the file (their logs say who was fastest)."""
     real = lineage.discover()
     nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
     hashes = {s.id: s.source_hash() for s in real}
@@ -94,7 +105,7 @@ def test_the_fastest_peer_is_the_fastest_by_tflops_not_the_smallest_ratio():
                 key, ratio = headline.best_peer(e, nums)
                 assert key == _fastest_peer(nums, e) and ratio == e["ratios"][key], (s.id, shape, causal)
                 swapped += key != min(e["ratios"], key=e["ratios"].get)
-    assert swapped >= 4  # 17, 18, 21, 22 at 16k causal at least, as recorded
+    assert swapped >= 2  # 17 and 18 at 16k causal at least, as recorded
     e17 = nums.stage("17", "16k", True)
     assert headline.best_peer(e17, nums)[0] == "fa3" and min(e17["ratios"], key=e17["ratios"].get) == "fa4"
     row = next(v for k, v in rows.items() if k.startswith("17 "))

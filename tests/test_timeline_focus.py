@@ -65,13 +65,14 @@ def test_a_boundary_stage_magnifies_its_tile_boundary(name, prev):
 
 
 def test_stage_22s_strip_shows_the_stretch_the_multipliers_shortened():
-    """The causal order's tile id → wait for Q: 722 ns in stage 21's record, 244 in stage 22's (the
-    notes' table, from the same records)."""
+    """The causal order's tile id → wait for Q, the stretch the host's multipliers shorten: in
+    stage 22's record less than half stage 21's (722 against 244 ns in the records of 2026-12-01
+    20:25, the notes' table), in the same cycles."""
     rec, before = _record("22-causal"), _record("21-causal")
     mine = dict(trace_lanes.boundary_stretches(trace_lanes.layout(rec)))
     theirs = dict(trace_lanes.boundary_stretches(trace_lanes.layout(before)))
     key = "consumer 0: tile id read → wait for Q"
-    assert round(mine[key]) == 244 and round(theirs[key]) == 722
+    assert mine[key] * rec["clock_mhz"] < 0.5 * theirs[key] * before["clock_mhz"]
     converted = dict(timeline_section.boundary_at_clock(before, rec))[key]
     assert converted == pytest.approx(theirs[key] * before["clock_mhz"] / rec["clock_mhz"], abs=0.1)
 

@@ -21,8 +21,10 @@ STALE = '<span class="hd-stale" title="measured on older sources of this stage">
 def best_peer(entry: dict, nums=None) -> tuple[str, float] | None:
     """(peer key, this entry's speed over it) for the fastest reference peer of the entry's run: the
     peer with the highest median TFLOP/s among the entry's ``ratios`` that ``nums`` (the GpuResults)
-    holds from the same run, shape and mask. A peer the file no longer holds from that run (a later
-    run replaced it) is ranked by the speed its ratio implies, the entry's TFLOP/s over the ratio."""
+    holds from the same run, shape and mask. A later run may have replaced that run's peer entries
+    in the file (the file keeps one entry per peer and shape); then the peer's speed in the entry's
+    run is read from every stage entry of that run at that shape and mask, as the median of each
+    one's TFLOP/s over its ratio to the peer (one entry alone would carry its own rounds' noise)."""
     ratios = (entry or {}).get("ratios") or {}
     if not ratios:
         return None
@@ -31,7 +33,14 @@ def best_peer(entry: dict, nums=None) -> tuple[str, float] | None:
         peer = nums.peer(key, entry["shape"], entry["causal"]) if nums is not None else None
         if peer is not None and peer.get("status") == "ok" and peer.get("run_id") == entry.get("run_id"):
             return float(peer["tflops"])
-        return float(entry.get("tflops") or 0.0) / ratios[key] if ratios[key] else 0.0
+        implied = sorted(e["tflops"] / e["ratios"][key] for e in (nums.data["results"] if nums is not None else [entry])
+                         if e.get("kind") == "stage" and e.get("status") == "ok" and e.get("run_id") == entry.get("run_id")
+                         and e.get("shape") == entry["shape"] and e.get("causal") == entry["causal"]
+                         and (e.get("ratios") or {}).get(key))
+        if not implied:
+            return float(entry.get("tflops") or 0.0) / ratios[key] if ratios[key] else 0.0
+        mid = len(implied) // 2
+        return implied[mid] if len(implied) % 2 else (implied[mid - 1] + implied[mid]) / 2
 
     key = max(ratios, key=lambda k: (speed(k), -ratios[k], k))
     return key, ratios[key]
