@@ -1,10 +1,18 @@
-"""Sessions: tests (default), docs, serve, facts, bench (GPU), bench_models (GPU), lint.
+"""Sessions: tests (default), quick, docs, serve, facts, bench (GPU), bench_models (GPU), lint.
 
-    nox                                   # = nox -s tests
-    nox -s serve                          # build and serve the site at http://127.0.0.1:8000
+    nox                                   # = nox -s tests: the whole suite
+    nox -s quick                          # the quick tier: pytest -m "not slow and not browser"
+    nox -s serve                          # build and serve the site at http://127.0.0.1:8000 (Ctrl-C stops it)
     nox -s serve -- -a 127.0.0.1:8001     # another address or port (arguments after -- go to mkdocs serve)
     nox -s tests -- -k site -x            # arguments after -- go to pytest
+    nox -s lint                           # ruff over the whole repository
     nox -s bench -- --quick
+
+The test tiers (markers defined in pyproject.toml): `tests` runs everything this machine can run
+(GPU tests skip without CUDA, browser tests without chromium and chromedriver, both saying why);
+`quick` leaves out the tests marked `slow` (compiling every stage, building the whole site, the
+long emulations) and `browser`: about a minute on a 2-core machine once the environment exists,
+for the edit-and-check loop. Times are in README, "The two commands".
 """
 
 import os
@@ -30,15 +38,41 @@ def install(session, what: str, *args):
     session.install(*args, silent=False)
 
 
-@nox.session(python=False if os.environ.get("HOPATTN_NOX_NO_VENV") else None)
-def tests(session):
-    """CPU tests everywhere; GPU tests run where CUDA is present and skip (with the reason) elsewhere."""
+def _test_environment(session):
+    """Built in .nox/tests on the first run, reused after (nox.options.reuse_existing_virtualenvs)."""
     install(session, "the project with its test and docs tools, and torch", "-e", ".[test,docs]", *TORCH_FOR_TESTS)
     if not shutil.which("nvcc"):
         # CI compiles every stage for sm_90a; pip's CUDA compiler stands in for a system toolkit.
         install(session, "pip's CUDA compiler (no nvcc on PATH)", "nvidia-cuda-nvcc", "nvidia-cuda-runtime",
                 "nvidia-cuda-cccl")
+
+
+def _browser_note(session):
+    """Say before the run, not only in the skip summary after it, that the browser tests will skip."""
+    if "not browser" in " ".join(session.posargs):
+        return
+    missing = [n for n, found in (("chromium", shutil.which("chromium") or shutil.which("chromium-browser")),
+                                  ("chromedriver", shutil.which("chromedriver"))) if not found]
+    if missing:
+        session.warn(f"the browser tests will skip: {' and '.join(missing)} not on PATH "
+                     "(Debian/Ubuntu: sudo apt install chromium chromium-driver)")
+
+
+NO_VENV = os.environ.get("HOPATTN_NOX_NO_VENV")
+
+
+@nox.session(python=False if NO_VENV else None)
+def tests(session):
+    """CPU tests everywhere; GPU tests run where CUDA is present and skip (with the reason) elsewhere."""
+    _test_environment(session)
+    _browser_note(session)
     session.run("pytest", *(session.posargs or ["-q", "-rs"]), env=QUIET)
+
+
+@nox.session(python=False)
+def quick(session):
+    """The quick tier: the tests session (its environment) on every test not marked slow or browser."""
+    session.notify("tests", ["-m", "not slow and not browser", *(session.posargs or ["-q", "-rs"])])
 
 
 @nox.session
@@ -52,7 +86,10 @@ def docs(session):
 def serve(session):
     """Build and serve the site; edits to stages, notes and results rebuild it."""
     install(session, "the project and MkDocs", "-e", ".[docs]")
-    session.run("mkdocs", "serve", "--livereload", *session.posargs, env=QUIET)
+    try:
+        session.run("mkdocs", "serve", "--livereload", *session.posargs, env=QUIET)
+    except KeyboardInterrupt:  # Ctrl-C is how a server is stopped: not a failure
+        session.log("stopped")
 
 
 @nox.session
@@ -86,5 +123,6 @@ def bench_models(session):
 
 @nox.session
 def lint(session):
+    """ruff over the whole repository (pyproject.toml [tool.ruff]), research/ included."""
     install(session, "ruff", "ruff")
-    session.run("ruff", "check", "kernels/hopattn", "site_gen", "bench", "tests", "noxfile.py")
+    session.run("ruff", "check", ".")

@@ -42,7 +42,13 @@ def on_config(config):
     for problem in inputs.stale_facts():
         log.info("compiler facts of %s (run `python -m hopattn.compiler`)", problem)
     _state.update(site=generated, fragments=fragments)
-    for path in (root / "kernels", root / "bench" / "results"):
+    # The stages, their compiler facts and the results: the folders under kernels/ that are not a Python
+    # package, so that tests or scripts run beside `mkdocs serve` (writing kernels/hopattn/__pycache__)
+    # trigger no rebuild.
+    kernels = root / "kernels"
+    data = [p for p in sorted(kernels.iterdir()) if p.is_dir() and not (p / "__init__.py").exists()] \
+        if kernels.is_dir() else []
+    for path in (*data, root / "bench" / "results"):
         if path.is_dir() and str(path) not in config.watch:
             config.watch.append(str(path))
     if not config.nav:

@@ -1,10 +1,13 @@
-"""Shared test setup: the `slow` marker, and a small site made from three real stages.
+"""Shared test setup: a small site made from three real stages, the GPU worker, and lines that say
+what a long or skipped part of the run is doing (the markers themselves are defined once, in
+pyproject.toml's [tool.pytest.ini_options]).
 
 The packages are imported as installed (`pip install -e .`); nothing here edits sys.path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -19,10 +22,6 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The first three stages of the real lineage: the fixture is copied from them at test time, so it
 # cannot drift from the lineage. 03 brings a new header; none of them has a causal path.
 FIXTURE_STAGES = ("01_baseline", "02_smem-tiles", "03_ldmatrix")
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: takes more than ~30 s")
 
 
 def _copy_results(dest: Path, hashes: dict[str, str]) -> None:
@@ -66,14 +65,60 @@ def site_root(tmp_path) -> Path:
     return make_site(tmp_path / "repo")
 
 
-# --- GPU cases: run in a watchdog worker process (gpu_watchdog.py), never in this one -----------
+# --- what a long or skipped part of the run is doing --------------------------------------------
 
-GPU_SEED = int(os.environ.get("HOPATTN_TEST_SEED", time.time_ns() % 2**31))
+
+def browser_missing() -> str | None:
+    """Why the browser tests will skip (tests/test_site_browser.py checks the same), or None."""
+    missing = [name for name, found in (("chromium", shutil.which("chromium") or shutil.which("chromium-browser")),
+                                        ("chromedriver", shutil.which("chromedriver"))) if not found]
+    if missing:
+        return (f"{' and '.join(missing)} not on PATH (Debian/Ubuntu: sudo apt install chromium chromium-driver; "
+                ".ci/run installs them)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium not installed (pip install selenium; the test extra has it)"
+    return None
 
 
 def pytest_report_header(config):
-    return [f"hopattn GPU cases: seed {GPU_SEED} (HOPATTN_TEST_SEED repeats a run); every case is logged, "
-            f"before its launch, to {gpu_log_path()}"]
+    lines = [f"hopattn GPU cases: seed {GPU_SEED} (HOPATTN_TEST_SEED repeats a run); every case is logged, "
+             f"before its launch, to {gpu_log_path()}"]
+    why = browser_missing()
+    if why and "browser" not in (config.getoption("markexpr") or ""):
+        lines.append(f"browser tests: WILL SKIP: {why}")
+    return lines
+
+
+_announced: set[str] = set()
+
+
+def pytest_runtest_setup(item):
+    """Before the first long test (slow, browser) of a module, a line naming the module and what it
+    does, so that a minute without a dot does not look like a hang."""
+    module = item.nodeid.split("::")[0]
+    if module in _announced or not {m.name for m in item.iter_markers()} & {"slow", "browser"}:
+        return
+    _announced.add(module)
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or reporter.verbosity > 0:  # -v names every test already
+        return
+    why = browser_missing() if item.get_closest_marker("browser") else None
+    what = (item.module.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").split(": ")[0].split(". ")[0]
+    what = what.rstrip(".") if len(what) <= 90 else what[:90].rsplit(" ", 1)[0] + " ..."
+    line = (f"{module}: the browser tests skip: {why}" if why else
+            f"{module}: slow tests start ({what}); -m 'not slow and not browser' leaves them out")
+    capture = item.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+            reporter.write("\n")  # after -q's dots
+        reporter.write_line(line)
+
+
+# --- GPU cases: run in a watchdog worker process (gpu_watchdog.py), never in this one -----------
+
+GPU_SEED = int(os.environ.get("HOPATTN_TEST_SEED", time.time_ns() % 2**31))
 
 
 def gpu_log_path() -> Path:

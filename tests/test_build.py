@@ -23,6 +23,7 @@ def sm90a_section(log: str) -> str:
 
 @needs_nvcc
 @pytest.mark.nvcc
+@pytest.mark.slow  # every stage for sm_90a: about a minute and a half on two cores
 def test_every_stage_compiles_without_spills():
     results = build.build_stages(STAGES, jobs=2)
     assert sorted(results) == [s.number for s in STAGES]
@@ -38,6 +39,7 @@ def test_every_stage_compiles_without_spills():
 
 @needs_nvcc
 @pytest.mark.nvcc
+@pytest.mark.slow  # compiles stage 01 into an empty cache
 def test_cache_is_reused_and_keyed_by_source(tmp_path, monkeypatch):
     monkeypatch.setenv("HOPATTN_BUILD_DIR", str(tmp_path / "cache"))
     stage = STAGES[0]

@@ -12,7 +12,7 @@ from hopattn import build, cuda_tools, lineage
 from hopattn.compiler import facts as producer
 from hopattn.records import compiler_facts as record
 
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow]  # the fixture compiles every stage afresh
 
 # What ptxas reports depends only on nvcc; the SASS text also on the cuobjdump/nvdisasm releases.
 PTXAS_KEYS = ("registers", "barriers", "static_smem", "stack_frame", "spill_stores", "spill_loads",

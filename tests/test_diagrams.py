@@ -158,6 +158,7 @@ def _every_drawing(stages):
     return out
 
 
+@pytest.mark.slow  # every text of every diagram against every other: 10-30 s on two cores
 def test_no_text_is_clipped_or_overlapping(stages):
     """Every text of every figure inside the viewBox and clear of the others (estimated from Arial's
     widths; the browser test measures the rendered ones)."""

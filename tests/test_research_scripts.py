@@ -18,7 +18,9 @@ def run(script: str, *args: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("stage", ["08", "09", "10", "11", "12", "13"])
+# 12 and 13 walk thousands of random schedules (20-40 s on two cores): slow
+@pytest.mark.parametrize("stage", ["08", "09", "10", "11", pytest.param("12", marks=pytest.mark.slow),
+                                   pytest.param("13", marks=pytest.mark.slow)])
 def test_emulation_passes(stage):
     assert run(f"emulations/emulate_{stage}.py").strip().splitlines()[-1] == "ok"
 

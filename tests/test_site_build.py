@@ -71,6 +71,7 @@ def test_a_planted_diagram_error_fails_the_strict_build_naming_stage_and_file(si
     assert not (site_root / "site" / "index.html").exists()
 
 
+@pytest.mark.slow  # the whole lineage's site, 20-25 s on two cores
 def test_real_site_builds_strict(tmp_path):
     run = mkdocs(REPO, "build", "--strict", "--site-dir", str(tmp_path / "site"))
     assert run.returncode == 0, run.stderr[-4000:]
