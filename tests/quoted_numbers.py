@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hopattn import lineage
-from hopattn.records import results
 from hopattn.records import models as model_records
+from hopattn.records import results
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -421,7 +421,7 @@ SENTENCES = (
     # (not one of a list, "+2.5 %, +4.6 % and +2.4 % over stage 18": a shape each, said elsewhere)
     (re.compile(rf"(?<!%, )(?<!% and )([+−-]{NUM}) ?% (?:over|on) stage (\d\d)(?: at (4k|8k|16k))?"), "gain"),
     # 0.69× FlashAttention-4 / FA3 / cuDNN (not the end of a range, "0.97–1.02×")
-    (re.compile(rf"(?<![\d.][–-])(?<![\d.] to )(\d\.\d+)× (FlashAttention-[34]|FA[34]|cuDNN)\b"), "ratio"),
+    (re.compile(r"(?<![\d.][–-])(?<![\d.] to )(\d\.\d+)× (FlashAttention-[34]|FA[34]|cuDNN)\b"), "ratio"),
     # stage 07 sits near 320 TFLOP/s at 8k; Stage 07 reaches 366 TFLOP/s at 8k
     (re.compile(rf"[Ss]tage (\d\d) (?:sits|reaches|runs|is)(?: at| near)? {APPROX}{NUM}\s+TFLOP/s at (4k|8k|16k)"),
      "other"),
