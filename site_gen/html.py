@@ -53,7 +53,7 @@ def legible_width(svg: str) -> int:
 
 def figure(fig_id: str, svg: str, caption: str, title: str, full_size: str | None = None, *,
            kind: str = "", stage: int | None = None, scroll: bool | int = False, defer: bool = False,
-           compact: bool = True) -> str:
+           compact: bool = True, lead: bool = False) -> str:
     """An inline SVG with its caption; inline so the diagram follows the theme's CSS variables, in its
     compact form (site_gen/diagrams/svg.py: the same drawing in fewer bytes). ``full_size``: URL of
     the standalone file. The full-screen button is wired by docs/assets/javascripts/figures.js (it
@@ -65,7 +65,8 @@ def figure(fig_id: str, svg: str, caption: str, title: str, full_size: str | Non
     phone it is read in place, at its full scale, and the sideways scroll keeps every label where the
     drawing put it (a second, phone-only layout of every figure would double what the generator
     draws and checks). ``defer``: the picture is not in the page; figures.js loads its file
-    (``full_size``) when it comes into view (for the heavy ones in a closed <details>)."""
+    (``full_size``) when it comes into view (for the heavy ones in a closed <details>). ``lead``: the
+    figure a stage page opens with (class hd-figure-lead)."""
     cap = inline_markdown(caption) if caption.strip() else ""
     links = '<button class="hd-zoom" type="button" title="Show at full size, pan and zoom">Full screen</button>'
     if full_size:
@@ -87,7 +88,7 @@ def figure(fig_id: str, svg: str, caption: str, title: str, full_size: str | Non
                f'<p>Loading the figure… (<a href="{esc(full_size)}">its SVG file</a>)</p></div>')
     else:
         pic = _compact(svg) if compact else svg
-    cls = "hd-figure"
+    cls = "hd-figure hd-figure-lead" if lead else "hd-figure"
     if scroll and width:
         cls += " hd-figure-scroll"
         pic = (f'<p class="hd-scroll-hint" aria-hidden="true">Wider than the screen: scroll it sideways, or open '

@@ -12,7 +12,6 @@ import urllib.request
 import pytest
 from conftest import REPO
 
-
 MAX_PAGE_BYTES = 500_000  # a stage page's HTML: its diff and the every-warp traces are loaded apart
 
 

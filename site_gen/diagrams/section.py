@@ -21,7 +21,7 @@ UNCHANGED = {"memory": "the operands move as they did there",
 
 
 def figures(diagrams: list[Diagram], site, depth: int, thumbs: bool = False, *, scroll: bool | int = False,
-            defer: bool = False) -> str:
+            defer: bool = False, lead: bool = False) -> str:
     """The figures' HTML; ``depth``: how many folders below the docs root the page sits. ``scroll``
     and ``defer``: see site_gen/html.py figure (a picture kept legible by scrolling sideways; one
     loaded from its file when shown)."""
@@ -30,7 +30,7 @@ def figures(diagrams: list[Diagram], site, depth: int, thumbs: bool = False, *, 
         site.add_asset(f"{FOLDER}/{d.filename}", d.standalone)
         link = "../" * depth + f"{FOLDER}/{d.filename}"
         out.append(figure(d.id, d.svg, d.caption, d.title, link, kind=d.kind, stage=d.stage, scroll=scroll,
-                          defer=defer))
+                          defer=defer, lead=lead))
     return "\n".join(out)
 
 
@@ -77,7 +77,7 @@ def lead_figure(mine: list[Diagram], lead: str | None, site) -> str:
     d = next((d for d in mine if d.id == lead), None)
     if d is None:
         return ""
-    return site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2, scroll=True))
+    return site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2, scroll=True, lead=True))
 
 
 def distinct(stages, drawn: dict) -> list[Diagram]:

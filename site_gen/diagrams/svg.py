@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import xml.etree.ElementTree as ET
+import zlib
 
 import svgwrite
 from svgwrite.base import Desc, Title
@@ -296,18 +297,28 @@ _KEEP_CLASSES = ("hd-mono", "hd-halo", "hd-on")  # styled by the site's styleshe
 # Every text but a label on a strong fill gets a halo of the background (paint-order: stroke): where
 # it crosses a tinted box, a line or a hatch, its glyphs still sit on the background's colour, so its
 # contrast is that of its ink on bg (the pairs tests/test_palette_contrast.py checks), whatever the
-# tint under it (the figures tint boxes up to 0.6 of an operand's colour).
+# tint under it (the figures tint boxes up to 0.6 of an operand's colour). On the site the rule is
+# docs/assets/stylesheets/diagrams.css's (once per page); a standalone file carries its own.
 _HALO = "{{paint-order:stroke;stroke:var(--hd-bg,{bg});stroke-width:3px;stroke-linejoin:round}}"
 _DROP_ROOT = ("baseProfile", "version")
 
 
-def _class_name(i: int) -> str:
+def _class_name(i: int, token: str = "") -> str:
+    """The i-th class of a picture: its token (two letters from its id), then a, b, ..., z, aa, ...
+    The token keeps pictures' classes apart: a browser files rules by their class, and a page of 80
+    pictures that all called their classes a, b, c would make it test every element of every picture
+    against 80 rules each (the gallery took three times as long to style)."""
     name = ""
     i += 1
     while i:
         i, r = divmod(i - 1, 26)
         name = chr(97 + r) + name
-    return name
+    return token + name
+
+
+def _token(did: str) -> str:
+    h = zlib.crc32(did.encode())
+    return chr(97 + h % 26) + chr(97 + h // 26 % 26)
 
 
 def _css_value(v: str) -> str:
@@ -319,8 +330,9 @@ def compact(svg: str) -> str:
     """The picture as the page and its file carry it: the same drawing in a third to a half of the
     bytes. Each distinct set of presentation attributes (fill, stroke, widths, anchor, weight) becomes
     one short class of a <style> scoped by the picture's id, colours still theme variables with their
-    light fallbacks (so the file works alone); an event's group of one shape and its tooltip becomes
-    that shape; ids nothing refers to, classes no stylesheet uses and svgwrite's unused namespaces go.
+    light fallbacks (so the file works alone); ids nothing refers to, classes no stylesheet uses and
+    svgwrite's unused namespaces go. (An event's group of one shape and its tooltip stays a group: a
+    <title> inside a <rect> made Chromium restyle a page of traces three times slower.)
     Deterministic: classes are named in document order. ``svg`` without an id is returned as it is."""
     root = ET.fromstring(svg)
     did = root.get("id")
@@ -331,6 +343,7 @@ def compact(svg: str) -> str:
     for a in _DROP_ROOT:
         root.attrib.pop(a, None)
     classes: dict[tuple, str] = {}
+    token = _token(did)
 
     def restyle(el):
         for child in list(el):
@@ -346,33 +359,20 @@ def compact(svg: str) -> str:
         keep = [c for c in (el.get("class") or "").split() if c in _KEEP_CLASSES]
         styled = tuple((a, el.attrib.pop(a)) for a in _STYLED if a in el.attrib)
         if styled:
-            keep.insert(0, classes.setdefault(styled, _class_name(len(classes))))
+            keep.insert(0, classes.setdefault(styled, _class_name(len(classes), token)))
         if keep:
             el.set("class", " ".join(keep))
         else:
             el.attrib.pop("class", None)
 
-    def collapse(parent):
-        for i, child in enumerate(list(parent)):
-            collapse(child)
-            kids = list(child)
-            if (child.tag == f"{{{SVG_NS}}}g" and not child.attrib and len(kids) == 2
-                    and kids[0].tag == f"{{{SVG_NS}}}title" and not len(kids[1])):
-                shape = kids[1]
-                shape.append(kids[0])
-                parent.remove(child)
-                parent.insert(i, shape)
-
     restyle(root)
-    collapse(root)
     for defs in root.findall(f"{{{SVG_NS}}}defs"):
         if not len(defs):
             root.remove(defs)
     if classes:
         style = ET.Element(f"{{{SVG_NS}}}style")
-        style.text = (f"#{did} text" + _HALO.format(bg=PALETTE["bg"]) + f"#{did} .hd-on{{stroke:none}}"
-                      + "".join(f"#{did} .{name}{{" + ";".join(f"{a}:{_css_value(v)}" for a, v in styled) + "}"
-                                for styled, name in classes.items()))
+        style.text = "".join(f"#{did} .{name}{{" + ";".join(f"{a}:{_css_value(v)}" for a, v in styled) + "}"
+                             for styled, name in classes.items())
         at = 2 if len(root) >= 2 and root[1].tag == f"{{{SVG_NS}}}desc" else 0  # after <title><desc>
         root.insert(at, style)
     out = ET.tostring(root, encoding="unicode")
@@ -386,7 +386,13 @@ def standalone(svg: str, width: int, height: int) -> str:
     """The same picture as a file for <img>/zoom: the page's form (compact), an explicit size and an
     opaque background. Its colours are the theme variables' light fallbacks; inlined into a page
     (figures.js loads some on demand), the site's variables take over."""
-    head, rest = compact(svg).split(">", 1)
+    small = compact(svg)
+    found = re.search(r'<svg[^>]* id="([^"]+)"', small)
+    if found and "<style>" in small:  # the halo the site's stylesheet gives its pictures (_HALO)
+        did = found.group(1)
+        halo = f"#{did} text" + _HALO.format(bg=PALETTE["bg"]) + f"#{did} .hd-on{{stroke:none}}"
+        small = small.replace("<style>", f"<style>{halo}", 1)
+    head, rest = small.split(">", 1)
     head += f' width="{width}" height="{height}"'
     bg = f'<rect class="hd-file-bg" fill="{color("bg")}" height="{height}" width="{width}" x="0" y="0"/>'
     # After <title><desc>: keep those first for accessibility.

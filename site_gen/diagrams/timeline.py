@@ -106,7 +106,9 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
     lanes_h = len(schedule.UNITS) * (LANE_H + LANE_GAP)
     height = top + lanes_h + 30 + 28 + 24 * 3 + 40
     c = Canvas(did, W, height, title, desc)
-    c.text(12, 22, heading, size=14, weight="600")
+    if text_width(heading, 14, bold=True) > W - 24:  # a long stage title: the heading keeps what it says
+        heading = heading.replace(f"{stage.title}: ", "", 1)
+    c.heading(heading)  # and shrinks to 12 px if it must
 
     lane_y = {u: top + i * (LANE_H + LANE_GAP) for i, u in enumerate(schedule.UNITS)}
     for u, y in lane_y.items():
