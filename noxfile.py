@@ -1,7 +1,7 @@
 """Sessions: tests (default), quick, docs, serve, facts, bench (GPU), bench_models (GPU), lint.
 
     nox                                   # = nox -s tests: the whole suite
-    nox -s quick                          # the quick tier: pytest -m "not slow and not browser"
+    nox -s quick                          # the quick tier: pytest -n auto -m "not slow and not browser"
     nox -s serve                          # build and serve the site at http://127.0.0.1:8000 (Ctrl-C stops it)
     nox -s serve -- -a 127.0.0.1:8001     # another address or port (arguments after -- go to mkdocs serve)
     nox -s tests -- -k site -x            # arguments after -- go to pytest
@@ -11,8 +11,9 @@
 The test tiers (markers defined in pyproject.toml): `tests` runs everything this machine can run
 (GPU tests skip without CUDA, browser tests without chromium and chromedriver, both saying why);
 `quick` leaves out the tests marked `slow` (compiling every stage, building the whole site, the
-long emulations) and `browser`: about a minute on a 2-core machine once the environment exists,
-for the edit-and-check loop. Times are in README, "The two commands".
+long emulations) and `browser`, and spreads the rest over every core (pytest-xdist): a minute and
+a half or less on a 2-core machine once the environment exists, for the edit-and-check loop. It
+runs in the tests session's environment (.nox/tests). Times are in README, "The two commands".
 """
 
 import os
@@ -71,8 +72,9 @@ def tests(session):
 
 @nox.session(python=False)
 def quick(session):
-    """The quick tier: the tests session (its environment) on every test not marked slow or browser."""
-    session.notify("tests", ["-m", "not slow and not browser", *(session.posargs or ["-q", "-rs"])])
+    """The quick tier: the tests session (its environment) on every test not marked slow or browser, on
+    every core (pytest-xdist)."""
+    session.notify("tests", ["-n", "auto", "-m", "not slow and not browser", *(session.posargs or ["-q", "-rs"])])
 
 
 @nox.session
