@@ -56,7 +56,7 @@ MIN_TEXT_PX = 11
 
 # Per figure: the smallest text as rendered inline (px), whether it has the full-screen button, and
 # its texts that run out of the picture or overlap each other (measured with getBBox).
-MEASURE_FIGURES = """
+MEASURE_FIGURES = r"""
 const out = [];
 for (const fig of document.querySelectorAll('.md-content figure.hd-figure')) {
   const svg = fig.querySelector('.hd-figure-svg svg');  // a wide figure's sits in a scroller
@@ -81,6 +81,8 @@ for (const fig of document.querySelectorAll('.md-content figure.hd-figure')) {
     }
   }
   out.push({id: fig.id, kind: fig.dataset.kind || '', inline: min, zoom: !!fig.querySelector('.hd-zoom'),
+            // what the figure holds, for a failure's message (a missing button was seen once, not reproduced)
+            html: fig.querySelector('.hd-zoom') ? '' : fig.outerHTML.replace(/<svg[\s\S]*<\/svg>/, '<svg>…</svg>').slice(0, 600),
             problems: problems.slice(0, 5)});
 }
 return out;
@@ -108,7 +110,7 @@ def _check_figures(browser, path):
     figures = browser.execute_script(MEASURE_FIGURES)
     for f in figures:
         assert not f["problems"], f"{path} {f['id']}: {f['problems']}"
-        assert f["zoom"], f"{path} {f['id']}: no full-screen view"
+        assert f["zoom"], f"{path} {f['id']}: no full-screen view; the figure holds: {f.get('html')}"
         if f["inline"] < MIN_TEXT_PX:  # too small inline: its full-screen view must make it legible
             opened, smallest, closed, back = browser.execute_script(FULL_SCREEN, f["id"])
             assert opened and closed and back, f"{path} {f['id']}: the full-screen view did not open and close"

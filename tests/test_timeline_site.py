@@ -42,6 +42,7 @@ def _fixture_with_traces(tmp_path, stale: str | None = None, missing: str | None
     return inp, site.render(inp, DiskCache(None))
 
 
+@pytest.mark.slow  # the real site's render (about 20 s) or its strict build
 def test_inputs_hold_every_committed_trace(real):
     inp, _ = real
     assert inp.trace_gpu == "nvidia-h200"
@@ -50,6 +51,7 @@ def test_inputs_hold_every_committed_trace(real):
         assert inp.trace(s, False)["stage"] == s.id
 
 
+@pytest.mark.slow  # the real site's render (about 20 s) or its strict build
 def test_every_stage_page_has_its_measured_timeline(real):
     inp, built = real
     for s in inp.stages:
@@ -71,6 +73,7 @@ def test_every_stage_page_has_its_measured_timeline(real):
         assert f"fig-s{s.id}-timeline" not in built.fragments and f'id="s{s.id}-timeline"' not in html
 
 
+@pytest.mark.slow  # the real site's render (about 20 s) or its strict build
 def test_the_timelines_are_assets_to_open_full_size(real):
     _, built = real
     assert "assets/generated/diagrams/s12-trace.svg" in built.assets
@@ -110,6 +113,7 @@ def test_a_bad_trace_names_its_file(tmp_path):
         inputs.load(root)
 
 
+@pytest.mark.slow  # the real site's render (about 20 s) or its strict build
 def test_the_overview_sets_the_model_against_the_gpu(real):
     inp, built = real
     index = built.pages["index.md"]
@@ -121,6 +125,7 @@ def test_the_overview_sets_the_model_against_the_gpu(real):
     assert index.index("{#progression}") < index.index("{#model}") < index.index("{#environment}")
 
 
+@pytest.mark.slow  # the real site's render (about 20 s) or its strict build
 def test_the_real_site_builds_strict_with_the_timelines(tmp_path):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     out = tmp_path / "site"

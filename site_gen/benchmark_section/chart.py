@@ -105,7 +105,7 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend
     if peers:
         sep = x0 + (len(numbers) + gap / 2) * step
         c.line(sep, y0, sep, y1, stroke="stroke", sw=1, dash="2 3")
-        for i, (key, short) in enumerate(peers):
+        for i, (_key, short) in enumerate(peers):
             c.text(xp(i) + 4, y1 + 18, short, size=12, anchor="end", rotate=-40, fill="muted", weight="700")
     # Per shape, the fastest peer's number: dashed in the shape's colour, from the axis to its column.
     best = fastest_peers(data, causal)
