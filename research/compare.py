@@ -115,8 +115,9 @@ def build_variant(spec: str) -> Variant:
     return Variant(spec, library, f"regs {'/'.join(regs)} spill {'/'.join(spills)}")
 
 
-def launcher(variant: Variant, q, k, v, out, causal: bool):
-    """A zero-argument launch of the variant on BHSD q, k, v into out (BHSD)."""
+def launcher(variant: Variant, q, k, v, out, causal: bool, scale: float = 1 / math.sqrt(128)):
+    """A zero-argument launch of the variant on BHSD q, k, v into out (BHSD); `scale`: the softmax's
+    (a stage-like library only; the peers run at their default, 1/sqrt(128))."""
     import torch
     from hopattn import api
 
@@ -129,7 +130,7 @@ def launcher(variant: Variant, q, k, v, out, causal: bool):
 
         def run():
             lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st_q, st_k, st_k, st_q, b, h, lq, lk,
-                       128, 1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
+                       128, scale, causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
         return run
     # A peer writes its own output tensor: the timed call is the peer's alone, and `fill_out` (run
     # once, for the correctness check) copies its result into `out` outside the timing.

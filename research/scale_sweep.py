@@ -18,24 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import compare  # noqa: E402  (research/compare.py: building variants)
+import compare  # noqa: E402  (research/compare.py: building variants, launching them)
 import gpu_cases  # noqa: E402  (tests/gpu_cases.py: the reference)
 from softmax_ranges import watchdog  # noqa: E402
 
 SCALES = [10.0 ** (e / 2) for e in range(-6, 7)]
-
-
-def launch(variant, q, k, v, out, causal: bool, scale: float) -> None:
-    import torch
-    from hopattn import api
-
-    b, h, lq, _ = q.shape
-    lk = k.shape[2]
-    lib = api._native().StageLibrary(str(variant.library))
-    st_q, st_k = (h * lq * 128, lq * 128, 128), (h * lk * 128, lk * 128, 128)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st_q, st_k, st_k, st_q, b, h, lq, lk, 128,
-               scale, causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
 
 
 def main(argv=None) -> int:
@@ -61,7 +48,7 @@ def main(argv=None) -> int:
             for var in variants:
                 timer = watchdog(f"{var.name} scale {scale:.3g} causal={causal}")
                 out = torch.full_like(q, float("nan"))
-                launch(var, q, k, v, out, causal, scale)
+                compare.launcher(var, q, k, v, out, causal, scale)()
                 torch.cuda.synchronize()
                 timer.cancel()
                 err = (out.double() - ref).abs().max().item()
