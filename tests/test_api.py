@@ -185,25 +185,34 @@ def test_grouped_query_heads_name_the_fix_on_stages_without_them():
         hopattn.attention(q, kv, kv, stage=1)
 
 
-def test_backward_raises_instead_of_a_wrong_gradient():
+def test_gradients_flow_through_both_ops_with_their_shapes():
+    """q, k and v get gradients shaped like themselves (grouped K/V heads included), whether the
+    loss used out, lse or both (meta tensors: the ops' fake implementations, no launch)."""
+    for use in (lambda o, lse: o.sum(), lambda o, lse: lse.sum(), lambda o, lse: o.sum() + lse.sum()):
+        q = meta(1, 4, 100, 128).requires_grad_()
+        kv = meta(1, 2, 70, 128).requires_grad_()
+        out, lse = hopattn.attention(q, kv, kv, return_lse=True, causal=True)
+        use(out, lse).backward()
+        assert q.grad.shape == q.shape and kv.grad.shape == kv.shape
     q = meta(1, 2, 128, 128).requires_grad_()
-    out = hopattn.attention(q, q, q)
-    with pytest.raises(RuntimeError, match="no backward pass"):
-        out.sum().backward()
-    with pytest.raises(RuntimeError, match="out: hopattn.attention has no backward"):
+    hopattn.attention(q, q, q, layout="bshd", deterministic=True).sum().backward()
+    assert q.grad.shape == q.shape
+
+
+def test_out_refuses_inputs_that_require_grad():
+    q = meta(1, 2, 128, 128).requires_grad_()
+    with pytest.raises(RuntimeError, match="out: a result written into out= carries no gradient"):
         hopattn.attention(q, q, q, out=meta(1, 2, 128, 128))
     with torch.no_grad():
         hopattn.attention(q, q, q, out=meta(1, 2, 128, 128))
 
 
-def test_backward_through_the_log_sum_exp_call_raises_the_same_error():
-    """The op with two outputs gets two gradients: its backward must say what the documentation
-    says, not fail with a TypeError about its own arguments."""
-    q = meta(1, 2, 128, 128).requires_grad_()
-    for use in (lambda o, lse: o.sum(), lambda o, lse: lse.sum(), lambda o, lse: o.sum() + lse.sum()):
-        out, lse = hopattn.attention(q, q, q, return_lse=True)
-        with pytest.raises(RuntimeError, match="no backward pass.*scaled_dot_product_attention"):
-            use(out, lse).backward()
+def test_backward_arguments_are_checked_before_anything_runs():
+    q = meta(1, 2, 128, 128)
+    with pytest.raises(TypeError, match="deterministic: expected a bool"):
+        hopattn.attention(q, q, q, deterministic=1)
+    with pytest.raises(ValueError, match="backward_stage: expected one of"):
+        hopattn.attention(q, q, q, backward_stage=99)
 
 
 def test_torch_compile_traces_a_call_with_out(no_launch):

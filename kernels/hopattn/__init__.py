@@ -11,7 +11,7 @@ The custom ops ``torch.ops.hopattn.attention`` and ``attention_out`` are registe
 
 import sys
 
-__all__ = ["attention", "stage_info", "stages", "final_stage"]
+__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage"]
 
 if "torch" in sys.modules:  # the caller uses torch: register the ops now, so torch.ops.hopattn.* exist
     from . import api  # noqa: F401

@@ -13,9 +13,10 @@ from functools import lru_cache
 
 import torch
 
-from . import build, contract, lineage
+from . import backward, build, contract, lineage
 
 HEAD_DIM = contract.HEAD_DIM
+attention_backward = backward.attention_backward
 _LOCK = threading.Lock()
 
 
@@ -92,8 +93,9 @@ def _check_device_supports(s: lineage.Stage, device: torch.device) -> None:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
-              out: torch.Tensor | None = None, return_lse: bool = False):
-    """softmax(scale · q kᵀ) v for bf16 CUDA tensors with head dim 128. Forward only.
+              out: torch.Tensor | None = None, return_lse: bool = False, deterministic: bool = False,
+              backward_stage: int | None = None):
+    """softmax(scale · q kᵀ) v for bf16 CUDA tensors with head dim 128, differentiable in q, k and v.
 
     Layouts: ``layout="bhsd"``: q [B, H, Lq, 128], k and v [B, H, Lk, 128]; ``layout="bshd"``
     (stages 17 on): q [B, Lq, H, 128], k and v [B, Lk, H, 128]. Stages 17 on read any strides whose
@@ -114,8 +116,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     out as the stage can write, sharing no memory with q, k or v) and returns it. With
     ``return_lse=True`` (stages with ``lse``, 20 on; not with ``out``) it returns ``(out, lse)``,
     lse the natural log-sum-exp of each row's scaled scores, fp32 [B, H_q, Lq] (-inf for a row that
-    sees no key). There is no backward: ``.backward()`` through the result raises an error, and
-    ``out=`` refuses inputs that require grad while grad mode is on (use ``torch.no_grad()``).
+    sees no key).
+
+    Gradients: when q, k or v require grad, the forward keeps its log-sum-exp and ``.backward()``
+    runs the backward lineage (``hopattn.backward``; ``backward_stage`` picks a stage of it, default
+    its final one) — lse included, when the loss used it. ``deterministic=True``: gradients identical
+    bit for bit run to run (no atomics in the backward). ``out=`` refuses inputs that require grad
+    while grad mode is on (a result written in place would carry no gradient).
     """
     # The op's schema would refuse a wrong type too, with the dispatcher's wording; these say what to pass.
     _stage(stage)
@@ -125,17 +132,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise TypeError(f"layout: expected 'bhsd' or 'bshd', got {type(layout).__name__}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic: expected a bool, got {type(deterministic).__name__}")
+    backward._stage(backward_stage)
     contract.check_scale(scale)
-    if return_lse:
+    needs_grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+    if return_lse or (needs_grad and out is None):
         if out is not None:
             raise ValueError("return_lse: not with out= (the log-sum-exp comes with a new output tensor)")
-        return torch.ops.hopattn.attention_lse(q, k, v, causal, scale, stage, layout)
+        # With a gradient to come, the forward keeps the log-sum-exp the backward recomputes P from.
+        result = torch.ops.hopattn.attention_lse(q, k, v, causal, scale, stage, layout, deterministic, backward_stage)
+        return result if return_lse else result[0]
     if out is None:
-        return torch.ops.hopattn.attention(q, k, v, causal, scale, stage, layout)
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
-        raise RuntimeError("out: hopattn.attention has no backward, and a result written into out= would drop the "
-                           "gradient silently; call it under torch.no_grad() (or torch.inference_mode()), or leave "
-                           "out unset to get an error when backward reaches it")
+        return torch.ops.hopattn.attention(q, k, v, causal, scale, stage, layout, deterministic, backward_stage)
+    if needs_grad:
+        raise RuntimeError("out: a result written into out= carries no gradient, which would drop it silently; "
+                           "leave out unset to train through hopattn.attention, or call it under torch.no_grad() "
+                           "(or torch.inference_mode())")
     torch.ops.hopattn.attention_out(q, k, v, out, causal, scale, stage, layout)
     return out
 
@@ -173,9 +186,12 @@ def _new_lse(q: torch.Tensor, call: contract.Call) -> torch.Tensor:
     return torch.empty((call.batch, call.heads, call.len_q), dtype=torch.float32, device=q.device)
 
 
+# deterministic and backward_stage change nothing in the forward: they are the backward's, which
+# autograd reaches through the op's inputs.
 @torch.library.custom_op("hopattn::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                  scale: float | None = None, stage: int | None = None, layout: str = "bhsd") -> torch.Tensor:
+                  scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
+                  deterministic: bool = False, backward_stage: int | None = None) -> torch.Tensor:
     call = _checked(q, k, v, None, causal, scale, stage, layout)
     out = _new_out(q)
     _run(call, q, k, v, out)
@@ -183,15 +199,16 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 
 @_attention_op.register_fake
-def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd"):
+def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd", deterministic=False, backward_stage=None):
     _checked(q, k, v, None, causal, scale, stage, layout)
     return _new_out(q)
 
 
 @torch.library.custom_op("hopattn::attention_lse", mutates_args=())
 def _attention_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                      scale: float | None = None, stage: int | None = None,
-                      layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor]:
+                      scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
+                      deterministic: bool = False,
+                      backward_stage: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     call = _checked(q, k, v, None, causal, scale, stage, layout, lse=True)
     out, lse = _new_out(q), _new_lse(q, call)
     _run(call, q, k, v, out, lse)
@@ -199,7 +216,7 @@ def _attention_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
 
 
 @_attention_lse_op.register_fake
-def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd"):
+def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd", deterministic=False, backward_stage=None):
     call = _checked(q, k, v, None, causal, scale, stage, layout, lse=True)
     return _new_out(q), _new_lse(q, call)
 
@@ -216,10 +233,46 @@ def _(q, k, v, out, causal=False, scale=None, stage=None, layout="bhsd"):
     _checked(q, k, v, out, causal, scale, stage, layout)
 
 
-def _no_backward(ctx, *grads):  # one gradient per output: (out) or (out, lse)
-    raise RuntimeError("hopattn.attention has no backward pass (it is a forward-only kernel): compute gradients "
-                       "with torch.nn.functional.scaled_dot_product_attention, or run this under torch.no_grad()")
+# --- autograd: the backward lineage behind both forward ops --------------------------------------
+
+_SAVED_ARGS = ("causal", "scale", "layout", "deterministic", "backward_stage")
 
 
-torch.library.register_autograd("hopattn::attention", _no_backward)
-torch.library.register_autograd("hopattn::attention_lse", _no_backward)
+def _setup(ctx, inputs, output) -> None:
+    q, k, v, causal, scale, _stage_arg, layout, deterministic, backward_stage = _with_defaults(inputs)
+    out, lse = (output, None) if isinstance(output, torch.Tensor) else output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.args = dict(zip(_SAVED_ARGS, (causal, scale, layout, deterministic, backward_stage)))
+
+
+def _with_defaults(inputs) -> tuple:
+    defaults = (False, None, None, "bhsd", False, None)  # causal, scale, stage, layout, deterministic, backward_stage
+    return tuple(inputs) + defaults[len(inputs) - 3:]
+
+
+def _backward_of_out(ctx, dout):
+    q, k, v, out, _ = ctx.saved_tensors
+    a = ctx.args
+    # The op without the log-sum-exp (called directly, or under torch.no_grad() and differentiated
+    # later): the final forward stage computes it again, one extra forward, the same gradient.
+    _, lse = torch.ops.hopattn.attention_lse(q, k, v, a["causal"], a["scale"], None, a["layout"])
+    return _grads(ctx, dout, None, q, k, v, out, lse)
+
+
+def _backward_of_out_lse(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    return _grads(ctx, dout, dlse, q, k, v, out, lse)
+
+
+def _grads(ctx, dout, dlse, q, k, v, out, lse):
+    a = ctx.args
+    if dout is None:  # only lse reached the loss
+        dout = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.hopattn.attention_backward(dout, q, k, v, out, lse, dlse, a["causal"], a["scale"],
+                                                      a["layout"], a["deterministic"], a["backward_stage"])
+    # One gradient per input of the op: q, k, v, then none for its other arguments.
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+torch.library.register_autograd("hopattn::attention", _backward_of_out, setup_context=_setup)
+torch.library.register_autograd("hopattn::attention_lse", _backward_of_out_lse, setup_context=_setup)

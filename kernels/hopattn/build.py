@@ -92,7 +92,8 @@ def library_path(stage: lineage.Stage, traced: bool = False) -> Path:
     # describes lines that have since moved; the records stay current all the same.
     key = _key(stage.source_bytes_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version(),
                lineage.trace_recorder_bytes_hash() if traced else "")
-    return build_dir() / f"stage{stage.id}-{stage.slug}{'-traced' if traced else ''}-{key}.so"
+    lineage_prefix = "" if stage.lineage == lineage.ATTENTION_DIR.name else f"{stage.lineage}-"
+    return build_dir() / f"{lineage_prefix}stage{stage.id}-{stage.slug}{'-traced' if traced else ''}-{key}.so"
 
 
 def compile_stage(stage: lineage.Stage, out_dir: Path | None = None, traced: bool = False) -> CompileResult:
@@ -152,6 +153,7 @@ def native_path() -> Path:
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     key = _key(NATIVE_SOURCE.read_text(), (lineage.ATTENTION_DIR / "common" / "abi.h").read_text(),
+               (lineage.BACKWARD_DIR / "common" / "abi_backward.h").read_text(),
                pybind11.__version__, sys.version, nvcc_version())
     return build_dir() / f"_native-{key}{suffix}"
 
@@ -164,7 +166,8 @@ def build_native() -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    includes = [pybind11.get_include(), sysconfig.get_paths()["include"], str(lineage.ATTENTION_DIR / "common")]
+    includes = [pybind11.get_include(), sysconfig.get_paths()["include"], str(lineage.ATTENTION_DIR / "common"),
+                str(lineage.BACKWARD_DIR / "common")]
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         tmp_target = Path(tmp) / target.name
         cmd = [nvcc(), "-O2", "-std=c++17", "-shared", "-Xcompiler=-fPIC,-fvisibility=hidden",

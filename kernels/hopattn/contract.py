@@ -125,8 +125,10 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: b
         if value > _INT_LIMIT:
             raise ValueError(f"q: {what} must be below 2^31, got {value}")
     if not stage.persistent and (batch > _GRID_LIMIT or heads > _GRID_LIMIT):
-        raise ValueError(f"q: stage {stage.id} launches one block row per (batch, head): batch and heads must each "
-                         f"be at most {_GRID_LIMIT}, got shape {tuple(q.shape)} (stages 14 and later have no such limit)")
+        which = f"backward stage {stage.id}" if stage.backward else f"stage {stage.id}"
+        later = "" if stage.backward else " (stages 14 and later have no such limit)"
+        raise ValueError(f"q: {which} launches one block row per (batch, head): batch and heads must each "
+                         f"be at most {_GRID_LIMIT}, got shape {tuple(q.shape)}{later}")
     if not stage.tails:
         if len_q % stage.block_m:
             raise ValueError(f"q: stage {stage.id} needs the query length to be a multiple of {stage.block_m}, got "

@@ -24,13 +24,16 @@ from typing import Any, Callable
 from . import cpp, source_identity
 
 ATTENTION_DIR = Path(__file__).resolve().parent.parent / "attention"
+BACKWARD_DIR = ATTENTION_DIR.parent / "attention_backward"  # Act V: the backward pass, same form
 COMMON_DIR_NAME = "common"
 
 ARCHES = ("sm_80", "sm_90a")
 LAYOUTS = ("bhsd", "bshd")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "s32": 4, "u64": 8}
 SMEM_LAYOUTS = ("row-major", "xor-swizzle", "tma-swizzle-128b", "mbarrier")
-SCHEDULE_KINDS = ("load_q", "load_k", "load_v", "load_kv", "qk", "softmax", "pv", "store_o")
+SCHEDULE_KINDS = ("load_q", "load_k", "load_v", "load_kv", "qk", "softmax", "pv", "store_o",
+                  # the backward's (Act V): dO's load, its GEMMs beside qk, dQ's accumulation, dK and dV stored
+                  "load_do", "dp", "dv", "dk", "dq", "store_dkdv")
 SCHEDULE_UNITS = ("load", "tensor", "softmax", "epilogue")
 
 _FOLDER_RE = re.compile(r"^(\d\d)_([a-z0-9]+(?:-[a-z0-9]+)*)$")
@@ -132,6 +135,7 @@ class Supports:
     tails: bool = key(BOOL, doc="any len_q and len_k, not only multiples of the tiles")
     gqa: bool = key(BOOL, False, doc="k and v may have fewer heads than q (a divisor of q's), read without a copy")
     lse: bool = key(BOOL, False, doc="can return the log-sum-exp of each query row")
+    deterministic: bool = key(BOOL, False, doc="backward stages: has a mode whose gradients are identical run to run")
 
 
 @dataclass(frozen=True)
@@ -335,6 +339,7 @@ class Stage:
     schedule: tuple[ScheduleOp, ...]
     gqa: bool = False  # k and v may have fewer heads than q (a divisor of q's), read without a copy
     lse: bool = False  # can return the log-sum-exp of each query row
+    deterministic: bool = False  # backward: a mode with gradients identical run to run
     grid: str = "tiles"  # launch.grid: "tiles" or "num_sms"
     cluster: int = 1  # launch.cluster
     movement: Movement = Movement()
@@ -360,6 +365,15 @@ class Stage:
     def name(self) -> str:
         """Folder name and URL slug: ``NN-slug``."""
         return f"{self.number:02d}-{self.slug}"
+
+    @property
+    def lineage(self) -> str:
+        """The lineage folder's name: "attention" (the forward) or "attention_backward" (Act V)."""
+        return self.dir.parent.name
+
+    @property
+    def backward(self) -> bool:
+        return self.lineage == BACKWARD_DIR.name
 
     @property
     def kernel_path(self) -> Path:
@@ -498,7 +512,7 @@ def load_stage(folder: Path) -> Stage:
         threads=spec.launch.threads, kv_stages=spec.pipeline.kv_stages,
         causal=spec.supports.causal, layouts=spec.supports.layouts, tails=spec.supports.tails,
         roles=spec.roles, smem=spec.smem, schedule=spec.schedule,
-        gqa=spec.supports.gqa, lse=spec.supports.lse, grid=spec.launch.grid, cluster=spec.launch.cluster,
+        gqa=spec.supports.gqa, lse=spec.supports.lse, deterministic=spec.supports.deterministic, grid=spec.launch.grid, cluster=spec.launch.cluster,
         movement=spec.movement, diagram=spec.diagram,
     )
 

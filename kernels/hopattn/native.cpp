@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "abi.h"
+#include "abi_backward.h"  // includes the forward's abi.h
 
 namespace py = pybind11;
 
@@ -116,6 +116,105 @@ private:
     TraceCapacityFn trace_capacity_ = nullptr;
 };
 
+// A backward stage's library: the same loading, its own launch (kernels/attention_backward/common/abi_backward.h).
+using BackwardLaunchFn = int (*)(const AttnBwdParams*, cudaStream_t, char*, int);
+using BackwardWorkspaceFn = int (*)(const AttnBwdParams*, int64_t*, int64_t*);
+
+class BackwardLibrary {
+public:
+    explicit BackwardLibrary(const std::string& path) : path_(path) {
+        handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!handle_) throw std::runtime_error("cannot load " + path + ": " + dlerror());
+        launch_ = reinterpret_cast<BackwardLaunchFn>(dlsym(handle_, "hopattn_backward_launch"));
+        workspace_ = reinterpret_cast<BackwardWorkspaceFn>(dlsym(handle_, "hopattn_backward_workspace"));
+        describe_ = reinterpret_cast<DescribeFn>(dlsym(handle_, "hopattn_describe"));
+        if (!launch_ || !workspace_ || !describe_)
+            throw std::runtime_error(path + " does not export hopattn_backward_launch, hopattn_backward_workspace and "
+                                            "hopattn_describe");
+    }
+    BackwardLibrary(const BackwardLibrary&) = delete;
+    BackwardLibrary& operator=(const BackwardLibrary&) = delete;
+
+    // (row_stats floats, dq_accum floats) the launch needs for these sizes.
+    std::pair<int64_t, int64_t> workspace(int batch, int heads, int len_q, bool deterministic) const {
+        AttnBwdParams p{};
+        p.batch = batch;
+        p.heads = heads;
+        p.len_q = len_q;
+        p.deterministic = deterministic ? 1 : 0;
+        int64_t stats = 0, accum = 0;
+        workspace_(&p, &stats, &accum);
+        return {stats, accum};
+    }
+
+    // tensors: q, k, v, o, dout, dq, dk, dv (pointers and strides in that order).
+    void launch(std::array<uintptr_t, 8> ptr, std::array<Strides, 8> strides, uintptr_t lse, uintptr_t dlse,
+                uintptr_t row_stats, uintptr_t dq_accum, int batch, int heads, int kv_heads, int len_q, int len_k,
+                int head_dim, float scale, bool causal, bool deterministic, int num_sms, uintptr_t stream) const {
+        AttnBwdParams p{};
+        p.q = reinterpret_cast<const void*>(ptr[0]);
+        p.k = reinterpret_cast<const void*>(ptr[1]);
+        p.v = reinterpret_cast<const void*>(ptr[2]);
+        p.o = reinterpret_cast<const void*>(ptr[3]);
+        p.dout = reinterpret_cast<const void*>(ptr[4]);
+        p.dq = reinterpret_cast<void*>(ptr[5]);
+        p.dk = reinterpret_cast<void*>(ptr[6]);
+        p.dv = reinterpret_cast<void*>(ptr[7]);
+        int64_t* dst[8] = {p.q_stride, p.k_stride, p.v_stride, p.o_stride, p.dout_stride, p.dq_stride, p.dk_stride,
+                           p.dv_stride};
+        for (int t = 0; t < 8; ++t)
+            for (int i = 0; i < 3; ++i) dst[t][i] = strides[t][i];
+        p.lse = reinterpret_cast<const float*>(lse);
+        p.dlse = reinterpret_cast<const float*>(dlse);
+        p.row_stats = reinterpret_cast<float*>(row_stats);
+        p.dq_accum = reinterpret_cast<float*>(dq_accum);
+        p.batch = batch;
+        p.heads = heads;
+        p.kv_heads = kv_heads;
+        p.len_q = len_q;
+        p.len_k = len_k;
+        p.head_dim = head_dim;
+        p.scale = scale;
+        p.causal = causal ? 1 : 0;
+        p.deterministic = deterministic ? 1 : 0;
+        p.num_sms = num_sms;
+        char err[512] = {0};
+        int status;
+        {
+            py::gil_scoped_release release;
+            status = launch_(&p, reinterpret_cast<cudaStream_t>(stream), err, sizeof(err));
+        }
+        if (status != 0) throw std::runtime_error(std::string("backward stage launch failed: ") + err);
+    }
+
+    py::dict describe() const {
+        KernelInfo info{};
+        char err[512] = {0};
+        if (describe_(&info, err, sizeof(err)) != 0) throw std::runtime_error(std::string("describe failed: ") + err);
+        if (info.abi_version != HOPATTN_ABI_VERSION)
+            throw std::runtime_error(path_ + " was built for ABI " + std::to_string(info.abi_version));
+        py::dict d;
+        d["threads"] = info.threads;
+        d["dynamic_smem"] = info.dynamic_smem;
+        d["static_smem"] = info.static_smem;
+        d["registers"] = info.registers;
+        d["max_threads"] = info.max_threads;
+        d["local_bytes"] = info.local_bytes;
+        d["block_m"] = info.block_m;
+        d["block_n"] = info.block_n;
+        return d;
+    }
+
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    void* handle_ = nullptr;
+    BackwardLaunchFn launch_ = nullptr;
+    BackwardWorkspaceFn workspace_ = nullptr;
+    DescribeFn describe_ = nullptr;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -133,4 +232,15 @@ PYBIND11_MODULE(_native, m) {
              py::arg("slots"), py::arg("max_ctas"), py::arg("warps"), py::arg("target_sm"))
         .def("trace_capacity", &StageLibrary::trace_capacity)
         .def_property_readonly("path", &StageLibrary::path);
+    m.attr("BACKWARD_ABI_VERSION") = HOPATTN_BACKWARD_ABI_VERSION;
+    py::class_<BackwardLibrary>(m, "BackwardLibrary")
+        .def(py::init<const std::string&>(), py::arg("path"))
+        .def("workspace", &BackwardLibrary::workspace, py::arg("batch"), py::arg("heads"), py::arg("len_q"),
+             py::arg("deterministic"))
+        .def("launch", &BackwardLibrary::launch, py::arg("pointers"), py::arg("strides"), py::arg("lse"),
+             py::arg("dlse"), py::arg("row_stats"), py::arg("dq_accum"), py::arg("batch"), py::arg("heads"),
+             py::arg("kv_heads"), py::arg("len_q"), py::arg("len_k"), py::arg("head_dim"), py::arg("scale"),
+             py::arg("causal"), py::arg("deterministic"), py::arg("num_sms"), py::arg("stream"))
+        .def("describe", &BackwardLibrary::describe)
+        .def_property_readonly("path", &BackwardLibrary::path);
 }
