@@ -102,8 +102,3 @@ def test_torch_compile_with_and_without_out(gpu):
 
 def test_custom_scale_is_applied(gpu):
     gpu.call("custom_scale", label="custom scale", stage=STAGES[-1].number, seed=GPU_SEED)
-
-
-def test_backward_raises_a_clear_error(gpu):
-    message = gpu.call("backward_raises", label="backward", stage=STAGES[-1].number)
-    assert "scaled_dot_product_attention" in message

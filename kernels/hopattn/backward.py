@@ -106,8 +106,8 @@ def _new_grads(q, k, v):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
-def _run(call: contract.Call, dout, q, k, v, out, lse, dlse, deterministic: bool):
-    dq, dk, dv = _new_grads(q, k, v)
+def _run(call: contract.Call, dout, q, k, v, out, lse, dlse, deterministic: bool, grads=None):
+    dq, dk, dv = _new_grads(q, k, v) if grads is None else grads
     if call.batch == 0 or call.heads == 0:
         return dq, dk, dv
     if call.len_q == 0 or call.len_k == 0:  # no score at all: every gradient is 0
@@ -170,3 +170,14 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     contract.check_scale(scale)
     return torch.ops.hopattn.attention_backward(dout, q, k, v, out, lse, dlse, causal, scale, layout,
                                                 deterministic, stage)
+
+
+def _backward_into(grads, dout, q, k, v, out, lse, *, dlse=None, causal=False, scale=None, layout="bhsd",
+                   deterministic=False, stage=None):
+    """The op's launch into given (dq, dk, dv), contiguous and shaped as q, k and v: for the tests,
+    which poison them first, so an element the kernels never wrote shows."""
+    call = _check(dout, q, k, v, out, lse, dlse, causal, scale, layout, deterministic, stage)
+    for name, g, t in zip(("dq", "dk", "dv"), grads, (q, k, v)):
+        if g.shape != t.shape or not g.is_contiguous() or g.dtype != torch.bfloat16:
+            raise ValueError(f"{name}: expected a contiguous bf16 tensor of shape {tuple(t.shape)}")
+    return _run(call, dout, q, k, v, out, lse, dlse, deterministic, grads)
