@@ -103,7 +103,10 @@ def facts(session):
 
 @nox.session(python=False)
 def bench(session):
-    """Check and time every stage and the peers on this machine's GPU; writes bench/results/<gpu>.json.
+    """Check and time every stage and the peers on this machine's GPU, the forward and then the
+    backward (each backward stage, its deterministic mode as its own entry, against the backwards of
+    FlashAttention-3/-4, cuDNN and FlashAttention-2, timed alone); writes bench/results/<gpu>.json.
+    `nox -s bench -- --what backward` runs the backward only, `-- --what forward` the forward only.
 
     Runs in the current Python environment, which must already have torch with CUDA (and, for the
     FlashAttention-4 peer, flash_attn.cute) and this project installed (`pip install -e .`): GPU

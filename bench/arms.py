@@ -1,4 +1,7 @@
-"""What the runner times: an arm (a stage or a peer) and the launcher it prepares for one shape."""
+"""What the runner times: an arm (a stage or a peer) and the launcher it prepares for one shape.
+
+A forward arm defines prepare(q, k, v, causal, scale); a backward arm (bench.backward) defines
+prepare_backward(q, k, v, dout, causal, scale), whose launcher returns (dq, dk, dv)."""
 
 from __future__ import annotations
 
@@ -38,3 +41,8 @@ class Arm:
     def prepare(self, q, k, v, causal: bool, scale: float) -> Launch:
         """The launcher for these inputs; every concrete arm (stage or peer) defines it."""
         raise NotImplementedError(f"{type(self).__name__} must define prepare()")
+
+    def missing_reason(self, err: BaseException) -> str | None:
+        """When an error while checking means the arm does not exist in this install (an inference-only
+        build asked for a backward), why: the arm is then reported missing, not failed. None otherwise."""
+        return None

@@ -9,6 +9,7 @@ with NaN before the launch, so a tile the kernel never writes cannot pass.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 TOLERANCE = 1e-2
@@ -110,3 +111,22 @@ def poisoned_call(torch, fn, out_numel: int, dtype, device):
     result = fn()
     out = result[0] if isinstance(result, (tuple, list)) else result
     return result, out.data_ptr() == ptr
+
+
+def _why(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0].strip()[:300]}" if lines else type(err).__name__
+
+
+def explained(fn):
+    """fn(), where an SDPA "No available kernel" error gets the first warning as its reason: SDPA
+    explains why a backend refused only through warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return fn()
+        except Exception as err:
+            hints = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
+            if hints and "no available kernel" in str(err).lower():
+                raise RuntimeError(f"{_why(err)} ({hints[0][:200]})") from err
+            raise

@@ -5,13 +5,26 @@ imported here for the harness's modules."""
 from __future__ import annotations
 
 from hopattn import lineage
-from hopattn.records.shapes import ALL_SHAPES, SHAPES, USER_SHAPES, Shape, flops, is_user_shape, tflops
+from hopattn.records.shapes import (
+    ALL_SHAPES,
+    SHAPES,
+    USER_SHAPES,
+    Shape,
+    backward_flops,
+    backward_tflops,
+    flops,
+    is_user_shape,
+    tflops,
+)
 
-__all__ = ["ALL_SHAPES", "SHAPES", "USER_SHAPES", "Shape", "flops", "is_user_shape", "tflops", "QUICK_SHAPE",
-           "CAUSAL_CHOICES", "parse_shapes", "parse_stages"]
+__all__ = ["ALL_SHAPES", "SHAPES", "USER_SHAPES", "Shape", "backward_flops", "backward_tflops", "flops",
+           "is_user_shape", "tflops", "QUICK_SHAPE", "CAUSAL_CHOICES", "DETERMINISTIC_CHOICES", "parse_shapes",
+           "parse_stages", "backward_shapes"]
 
 QUICK_SHAPE = "8k"
 CAUSAL_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
+# --deterministic: the backward stages' modes (the default one, and the deterministic one where a stage has it)
+DETERMINISTIC_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 
 
 def parse_shapes(text: str) -> list[Shape]:
@@ -34,3 +47,9 @@ def parse_stages(text: str, available: list[int]) -> list[int]:
         return lineage.parse_selection(text, available)
     except ValueError as err:
         raise ValueError(f"--stages: {err}") from None
+
+
+def backward_shapes(shapes: list[Shape]) -> list[Shape]:
+    """The shapes the backward runs among those selected: the three points of the issue (4k, 8k,
+    16k: B·L = 32k tokens), the ones its peers are compared on; the others are the forward's."""
+    return [s for s in shapes if s.name in SHAPES]

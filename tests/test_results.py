@@ -81,7 +81,7 @@ def test_dump_refuses_invalid_data_and_keeps_old_file(tmp_path):
 
 @pytest.mark.parametrize("mutate, field", [
     (lambda d: d.pop("schema_version"), "schema_version"),
-    (lambda d: d.update(schema_version=2), "schema_version"),
+    (lambda d: d.update(schema_version=3), "schema_version"),  # 2 is the backward's version: read too
     (lambda d: d["results"][0].update(kind="kernel"), "results[0].kind"),
     (lambda d: d["results"][0].update(name="1"), "results[0].name"),
     (lambda d: d["results"][0].pop("median_ms"), "results[0].median_ms"),

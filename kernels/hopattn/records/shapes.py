@@ -1,5 +1,5 @@
-"""The benchmark shapes a results record names ('4k', '8k-gqa', ...), and the FLOP count its TFLOP/s
-are computed with.
+"""The benchmark shapes a results record names ('4k', '8k-gqa', ...), and the FLOP counts its TFLOP/s
+are computed with (the forward's, and the backward's: 2.5 times as many).
 
 The harness (bench/) times these shapes and the site describes them from here (the shape's
 dimensions and why it is in the set), so both read one definition. Standard library only.
@@ -69,3 +69,18 @@ def flops(shape: Shape, causal: bool) -> float:
 
 def tflops(shape: Shape, causal: bool, ms: float) -> float:
     return flops(shape, causal) / (ms * 1e-3) / 1e12
+
+
+# The backward's five GEMMs per tile (S recomputed, dP, dV, dK, dQ) against the forward's two: 2.5x
+# the forward's FLOPs, the causal half discounted alike (the convention FlashAttention reports with).
+BACKWARD_FLOP_FACTOR = 2.5
+
+
+def backward_flops(shape: Shape, causal: bool) -> float:
+    """2.5 x flops(shape, causal): 10·B·H·Lq·Lk·D, halved for causal."""
+    return BACKWARD_FLOP_FACTOR * flops(shape, causal)
+
+
+def backward_tflops(shape: Shape, causal: bool, ms: float) -> float:
+    """TFLOP/s of the backward alone, timed at ``ms``."""
+    return backward_flops(shape, causal) / (ms * 1e-3) / 1e12
