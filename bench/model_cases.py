@@ -3,6 +3,11 @@ on the GPU in bf16), the inputs of each workload, the forward that is timed, the
 with the SDPA run, and how a backend is switched on through the library's own extension point.
 
 A Group is one model build; its Workloads share the weights (Llama at 8k and at 32k tokens).
+
+Training groups (``training=True``, ``python -m bench.models --training``): a step is a forward, the
+model's loss and its backward (the gradients of every weight, in bf16 as the weights; no optimizer
+step), compared with the SDPA run by the loss and the gradients. When the published layer count does
+not fit in the GPU's memory, the runner builds fewer layers (``layers_key``) and says so.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from bench import model_configs as cfgs
 
 # Registered names of the routed backends (the library's own SDPA needs no registration).
 ROUTED = {"hopattn": "hopattn", "fa3": "bench_fa3", "fa4": "bench_fa4", "capture": "bench_capture"}
+TRAINING_BACKENDS = ("sdpa", "cudnn", "hopattn")
 
 
 @dataclass(frozen=True)
@@ -36,8 +42,17 @@ class Group:
     config_source: str
     strict: bool  # hopattn must serve every attention call of the step
     build: Callable  # (torch, config, device, dtype) -> model
-    forward: Callable  # (torch, model, inputs) -> {name: tensor}
+    forward: Callable  # (torch, model, inputs) -> {name: tensor}; training: {"loss": a scalar to differentiate}
     workloads: tuple[Workload, ...] = field(default_factory=tuple)
+    training: bool = False  # a step: forward, loss, backward
+    layers_key: str | None = None  # the config's layer count (training: lowered until a step fits)
+    backends: tuple[str, ...] | None = None  # the backends it runs (None: all)
+
+    def runs(self, backend: str) -> bool:
+        return self.backends is None or backend in self.backends
+
+    def layers(self, config: dict) -> int | None:
+        return config.get(self.layers_key) if self.layers_key else None
 
 
 @contextmanager
@@ -48,6 +63,28 @@ def default_dtype(torch, dtype):
         yield
     finally:
         torch.set_default_dtype(old)
+
+
+def run_step(torch, group: Group, model, inputs) -> dict:
+    """One step of ``group`` (as timed): a forward without gradients, or for a training group the
+    forward, the loss and its backward (the gradients of the previous step dropped first, so the
+    memory is that of one step). Returns the outputs compared with SDPA's (training: the loss)."""
+    if not group.training:
+        with torch.no_grad():
+            return group.forward(torch, model, inputs)
+    model.zero_grad(set_to_none=True)
+    loss = group.forward(torch, model, inputs)["loss"]
+    loss.backward()
+    return {"loss": loss.detach()}
+
+
+def training(build: Callable) -> Callable:
+    """``build``, with the model in train mode and every weight requiring grad."""
+
+    def build_for_training(torch, config, device, dtype):
+        return build(torch, config, device, dtype).train().requires_grad_(True)
+
+    return build_for_training
 
 
 # --- transformers: Llama --------------------------------------------------------------------------
@@ -82,6 +119,22 @@ def llama_workload(length: int, tiny_length: int) -> Workload:
                              f"8 K/V heads, causal)",
                     tokens=lambda tiny: {"prompt": tiny_length if tiny else length}, inputs=inputs,
                     est_step_s=0.3 if length <= 8192 else 1.8)
+
+
+def forward_llama_training(torch, model, inputs):
+    # The causal-LM loss over every position (transformers shifts the labels), all logits kept.
+    return {"loss": model(**inputs, labels=inputs["input_ids"], use_cache=False).loss}
+
+
+def llama_training_workload(length: int, tiny_length: int) -> Workload:
+    base = llama_workload(length, tiny_length)
+    k = length // 1024
+    return Workload(id=f"llama-3.1-8b-training-{k}k", label=f"Llama-3.1-8B training step, {k}k tokens",
+                    workload=f"one training step: forward, cross-entropy loss over {length:,} tokens and backward "
+                             f"(bf16 gradients of every weight; no optimizer step), batch 1 (32 query heads, 8 K/V "
+                             f"heads, causal)",
+                    tokens=lambda tiny: {"sequence": tiny_length if tiny else length}, inputs=base.inputs,
+                    est_step_s=1.0)
 
 
 # --- diffusers: Wan2.1 and LTX-2 -------------------------------------------------------------------
@@ -123,6 +176,27 @@ def wan_workload(model_id: str, label: str, est_step_s: float, tiny_config: dict
     return Workload(id=model_id, label=label, tokens=tokens, inputs=inputs, est_step_s=est_step_s,
                     workload="one denoising step (one transformer forward) at 480p x 81 frames: 32,760 video "
                              "tokens, cross-attention to 512 text tokens of dim 4096")
+
+
+def forward_wan_training(torch, model, inputs):
+    # Flow matching, as Wan is trained: the squared error of the predicted velocity against a target.
+    kwargs = {k: v for k, v in inputs.items() if k != "target"}
+    pred = model(**kwargs, return_dict=False)[0]
+    return {"loss": (pred.float() - inputs["target"].float()).square().mean()}
+
+
+def wan_training_workload(model_id: str, label: str, est_step_s: float, tiny_config: dict, config: dict) -> Workload:
+    base = wan_workload(model_id, label, est_step_s, tiny_config, config)
+
+    def inputs(torch, device, dtype, tiny, gen):
+        kwargs = base.inputs(torch, device, dtype, tiny, gen)
+        kwargs["target"] = torch.randn(kwargs["hidden_states"].shape, generator=gen).to(device, dtype)
+        return kwargs
+
+    return Workload(id=model_id, label=label, tokens=base.tokens, inputs=inputs, est_step_s=est_step_s,
+                    workload="one training step at 480p x 81 frames: forward (32,760 video tokens, cross-attention "
+                             "to 512 text tokens of dim 4096), the flow-matching loss (squared error of the "
+                             "predicted velocity) and backward (bf16 gradients of every weight; no optimizer step)")
 
 
 def forward_ltx2(torch, model, inputs):
@@ -188,6 +262,22 @@ GROUPS = {g.id: g for g in (
                               workload="one denoising step (one transformer forward) at 512 x 768, 121 frames: "
                                        "6,144 video tokens, 126 audio tokens, 1,024 text tokens",
                               tokens=ltx2_tokens, inputs=ltx2_inputs, est_step_s=0.6),)),
+    # Training (python -m bench.models --training): hopattn against SDPA (and SDPA's cuDNN backend) only; the
+    # FlashAttention peers are described without a backward (bench/model_peers.py).
+    Group(id="llama-3.1-8b-training", library="transformers", config=cfgs.LLAMA_3_1_8B, tiny_config=cfgs.TINY_LLAMA,
+          config_source="meta-llama/Llama-3.1-8B config.json (Hugging Face Hub)", strict=True,
+          build=training(build_llama), forward=forward_llama_training,
+          workloads=(llama_training_workload(8192, 64),), training=True, layers_key="num_hidden_layers",
+          backends=TRAINING_BACKENDS),
+    Group(id="wan2.1-t2v-1.3b-training", library="diffusers", config=cfgs.WAN_2_1_T2V_1_3B,
+          tiny_config=cfgs.TINY_WAN,
+          config_source="Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py (= Wan-AI/Wan2.1-T2V-1.3B-Diffusers "
+                        "transformer/config.json)", strict=True,
+          build=training(build_diffusers("WanTransformer3DModel")), forward=forward_wan_training,
+          workloads=(wan_training_workload("wan2.1-t2v-1.3b-training-480p",
+                                           "Wan2.1-T2V-1.3B training step, 480p x 81 frames", 2.5,
+                                           cfgs.TINY_WAN, cfgs.WAN_2_1_T2V_1_3B),),
+          training=True, layers_key="num_layers", backends=TRAINING_BACKENDS),
 )}
 
 # --- switching a built model between backends ----------------------------------------------------
@@ -218,6 +308,40 @@ def register(library: str, name: str, kernel, strict: bool) -> None:
     else:
         from hopattn.integrations import diffusers as integration
     integration.register(strict=strict, kernel=kernel, name=ROUTED[name])
+
+
+def attention_parameter(name: str) -> bool:
+    """Whether a weight belongs to an attention module (Llama's self_attn, Wan's attn1 and attn2):
+    the projections whose gradients come straight out of attention's dQ, dK and dV."""
+    return "attn" in name
+
+
+def grad_errors(torch, model, reference: dict, device) -> dict:
+    """Relative errors (Frobenius, in float32) of the model's gradients against ``reference`` ({name:
+    tensor}, on any device): all of them together, the attention modules' together, and the worst
+    single tensor's."""
+    sums = {"all": [0.0, 0.0], "attention": [0.0, 0.0]}
+    worst = 0.0
+    for name, p in model.named_parameters():
+        ref = reference.get(name)
+        if ref is None or p.grad is None:
+            continue
+        got, want = p.grad.float(), ref.to(device, non_blocking=True).float()
+        diff, norm = float(torch.linalg.vector_norm(got - want)) ** 2, float(torch.linalg.vector_norm(want)) ** 2
+        if not (diff == diff and norm == norm and diff != float("inf")):  # NaN or inf in either
+            return {"rel_err_grads": None, "rel_err_grads_attention": None, "rel_err_grads_worst": None}
+        for key in ("all", "attention") if attention_parameter(name) else ("all",):
+            sums[key][0] += diff
+            sums[key][1] += norm
+        if norm > 0:
+            worst = max(worst, (diff / norm) ** 0.5)
+    rel = {k: (d / n) ** 0.5 if n > 0 else None for k, (d, n) in sums.items()}
+    return {"rel_err_grads": rel["all"], "rel_err_grads_attention": rel["attention"], "rel_err_grads_worst": worst}
+
+
+def host_grads(model) -> dict:
+    """The model's gradients, copied to host memory (the next step's are compared with them)."""
+    return {n: p.grad.detach().to("cpu") for n, p in model.named_parameters() if p.grad is not None}
 
 
 def compare(torch, outputs: dict, reference: dict) -> dict:

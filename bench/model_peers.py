@@ -2,7 +2,9 @@
 FlashAttention-3 and -4 (BSHD, GQA natively), and SDPA itself under the kernel contract (for
 capturing a step's calls without running hopattn, and for replaying the calls hopattn sends to SDPA).
 
-A peer that cannot be imported is reported missing, with the reason, never estimated.
+A peer that cannot be imported is reported missing, with the reason, never estimated. The peers are
+described without a backward (the FlashAttention-3 build on the GPU machine is inference-only):
+the training workloads compare hopattn with SDPA only.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def fa3_kernel() -> tuple[Kernel | None, str | None]:
     except Exception as err:  # ImportError, or a broken build raising anything while importing
         return None, f"flash_attn_interface is not importable ({_why(err)}); {FA_HINT}"
 
-    def call(q, k, v, *, causal, scale, layout):
+    def call(q, k, v, *, causal, scale, layout, deterministic=False):
         return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
 
     return Kernel(name="fa3", label="FlashAttention-3", call=call, head_dims=(64, 96, 128, 192, 256),
@@ -42,7 +44,7 @@ def fa4_kernel() -> tuple[Kernel | None, str | None]:
     except Exception as err:
         return None, f"flash_attn.cute is not importable ({_why(err)}); {FA_HINT}"
 
-    def call(q, k, v, *, causal, scale, layout):
+    def call(q, k, v, *, causal, scale, layout, deterministic=False):
         return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
 
     # contiguous BSHD only: the strides FA4 is known to take (other inputs are copied, and counted)
@@ -50,8 +52,8 @@ def fa4_kernel() -> tuple[Kernel | None, str | None]:
                   dtypes=(torch.bfloat16, torch.float16), gqa=True, layouts=("bshd",), strided=False), None
 
 
-def sdpa_contract(q, k, v, *, causal, scale, layout):
-    """torch SDPA computing the kernel contract (bottom-right causal, GQA)."""
+def sdpa_contract(q, k, v, *, causal, scale, layout, deterministic=False):
+    """torch SDPA computing the kernel contract (bottom-right causal, GQA); differentiable."""
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     len_q, len_k = q.shape[2], k.shape[2]
@@ -65,7 +67,8 @@ def sdpa_contract(q, k, v, *, causal, scale, layout):
 
 
 def as_capture(kernel: Kernel, device_type: str) -> Kernel:
-    """``kernel``'s limits (so a capture says which calls it would serve) with SDPA doing the work."""
+    """``kernel``'s limits (so a capture says which calls it would serve, with a gradient too) with
+    SDPA doing the work."""
     from dataclasses import replace
 
     return replace(kernel, call=sdpa_contract, devices=tuple({*kernel.devices, device_type}))

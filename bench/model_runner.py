@@ -6,11 +6,20 @@ cases on the same weights, reporting each as a JSON line to a progress file the 
 
 Started by bench.models, which kills it when a case runs past its deadline (a hang) and starts a new
 one for the cases left. Events: environment, built, workload, case_start, case_done.
+
+A training group's model is fitted first: one step (through SDPA, under the capture backend) at the
+published layer count; if it runs out of memory, or peaks above FIT_SHARE of the GPU's memory, the
+model is built again with a quarter fewer layers, until a step fits (each build is a "built" event,
+with the layers it has and why the larger counts were dropped). Its cases compare the loss with the
+SDPA run's (through the file every case reads) and the gradients with those of the SDPA run in this
+process (kept in host memory: they do not go through a file, which at 8B would be 16 GB); and each
+backend's last timed step with its first (``_rerun``: run-to-run differences, 0 when deterministic).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -23,6 +32,9 @@ from pathlib import Path
 from bench import model_cases, model_peers, model_timing
 
 PLANT_HANG = "HOPATTN_MODELS_PLANT_HANG"  # "<workload>:<backend>": that case sleeps forever (watchdog tests)
+PLANT_OOM = "HOPATTN_MODELS_PLANT_OOM"  # "<layers>": a training fit above that many layers runs out of memory (tests)
+FIT_SHARE = 0.93  # a training step fits when its peak is at most this share of the GPU's memory
+_GRAD_REFERENCE: dict = {}  # workload -> the SDPA run's gradients in this process, on the host
 
 
 class Progress:
@@ -84,8 +96,9 @@ def peer_kernel(name: str):
     return model_peers.fa3_kernel() if name == "fa3" else model_peers.fa4_kernel()
 
 
-def launcher_for(torch, device, kernel, backend: str):
-    """For the attention replay: how ``backend`` runs one captured call (kernel None: SDPA)."""
+def launcher_for(torch, device, kernel, backend: str, training: bool = False):
+    """For the attention replay: how ``backend`` runs one captured call (kernel None: SDPA);
+    training: its forward and its backward (the gradients of q, k and v for a random dout)."""
     from hopattn.integrations import routing
 
     def make(shape, reason):
@@ -93,19 +106,28 @@ def launcher_for(torch, device, kernel, backend: str):
         dtype = getattr(torch, shape.dtype)
 
         def rand(length, heads):
-            return torch.randn(shape.batch, length, heads, shape.head_dim, generator=gen).to(device, dtype)
+            x = torch.randn(shape.batch, length, heads, shape.head_dim, generator=gen).to(device, dtype)
+            return x.requires_grad_(training)
 
         q, k, v = rand(shape.q_len, shape.q_heads), rand(shape.k_len, shape.kv_heads), rand(shape.k_len,
                                                                                              shape.kv_heads)
         scale = 1.0 / math.sqrt(shape.head_dim)
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
         use_kernel = kernel is not None and (reason is None if backend == "hopattn" else
-                                             kernel.unsupported(qh, kh, vh, shape.causal) is None)
+                                             kernel.unsupported(qh, kh, vh, shape.causal, grad=training) is None)
+        dout = torch.randn(q.shape, generator=gen).to(device, dtype) if training else None
         if use_kernel:
-            return (lambda: routing.serve(kernel, q, k, v, causal=shape.causal, scale=scale, layout="bshd")), None
+            def forward():
+                return routing.serve(kernel, q, k, v, causal=shape.causal, scale=scale, layout="bshd")[0]
+
+            return _with_backward(torch, forward, (q, k, v), dout), None
         sdpa = torch.nn.functional.scaled_dot_product_attention
         gqa = shape.kv_heads != shape.q_heads
-        fn = lambda: sdpa(qh, kh, vh, is_causal=shape.causal, scale=scale, enable_gqa=gqa)  # noqa: E731
+
+        def sdpa_forward():  # BHSD out, BSHD as the kernel's (dout's layout)
+            return sdpa(qh, kh, vh, is_causal=shape.causal, scale=scale, enable_gqa=gqa).transpose(1, 2)
+
+        fn = _with_backward(torch, sdpa_forward, (q, k, v), dout)
         context = None
         if backend == "cudnn":
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -116,41 +138,62 @@ def launcher_for(torch, device, kernel, backend: str):
     return make
 
 
+def _with_backward(torch, forward, inputs, dout):
+    """forward alone (dout None), or forward and the gradients of ``inputs`` for ``dout``."""
+    if dout is None:
+        return forward
+    return lambda: torch.autograd.grad(forward(), inputs, dout)
+
+
 def run_case(torch, device, group, wl, model, inputs, backend, kernels, args, workdir: Path) -> dict:
     from hopattn.integrations import routing
 
     clock = model_timing.Clock(torch, device)
     strict = group.strict or backend in ("fa3", "fa4")
     report = None
+    grad_errors, message = {}, None
 
     def step():
-        with torch.no_grad():
-            return group.forward(torch, model, inputs)
+        return model_cases.run_step(torch, group, model, inputs)
 
     with model_cases.backend(torch, group.library, model, backend):
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        if backend in kernels:  # one forward under a report: what this backend served, and why not the rest
+        if backend in kernels:  # one step under a report: what this backend served, and why not the rest
             with routing.track(strict=strict, kernel=kernels[backend].name) as report:
                 outputs = step()
         else:
             outputs = step()
+        if group.training:
+            reference = _GRAD_REFERENCE.get(wl.id)
+            if backend != "sdpa" and reference is not None:
+                grad_errors = model_cases.grad_errors(torch, model, reference, device)
+            elif backend != "sdpa":
+                message = "no SDPA run of this workload in this process to compare the gradients with"
+            first = model_cases.host_grads(model)
+            if backend == "sdpa":
+                _GRAD_REFERENCE[wl.id] = first
         ms = model_timing.time_step(clock, step, warmup=max(0, args.warmup - 1), reps=args.reps)
         memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        if group.training:  # the last timed step's gradients against the first's
+            grad_errors["rel_err_grads_rerun"] = model_cases.grad_errors(torch, model, first, device)["rel_err_grads"]
+            del first
+            model.zero_grad(set_to_none=True)
     outputs = {k: v.detach().float().cpu() for k, v in outputs.items()}
     ref_path = workdir / f"{wl.id}.sdpa.pt"
     if backend == "sdpa":
         torch.save(outputs, ref_path)
-    errors, message = {}, None
+    errors = {}
     if ref_path.exists():
         errors = model_cases.compare(torch, outputs, torch.load(ref_path))
     else:
         message = "no SDPA run of this workload to compare the outputs with"
+    errors.update(grad_errors)
     calls = json.loads((workdir / f"{wl.id}.calls.json").read_text())
     shapes = [(_shape(c), c["reason"], c["count"]) for c in calls]
-    attention_ms = model_timing.replay_attention(clock, shapes,
-                                                 launcher_for(torch, device, kernels.get(backend), backend))
+    attention_ms = model_timing.replay_attention(
+        clock, shapes, launcher_for(torch, device, kernels.get(backend), backend, training=group.training))
     return {"status": "ok", "message": message, "step_ms": model_timing.summarize(ms),
             "attention_ms": attention_ms, "memory_gib": memory, "errors": errors,
             "routing": report.to_dict() if report is not None else None}
@@ -163,13 +206,64 @@ def _shape(call: dict):
 
 
 def capture(torch, group, model, inputs, device) -> list[dict]:
-    """The attention calls of one step, with the reason hopattn would not serve each (None: served)."""
+    """The attention calls of one step, with the reason hopattn would not serve each (None: served);
+    a training step's with their gradients (so a reason of training shows)."""
     from hopattn.integrations import routing
 
-    with model_cases.backend(torch, group.library, model, "capture"), torch.no_grad():
+    with model_cases.backend(torch, group.library, model, "capture"):
         with routing.track() as report:
-            group.forward(torch, model, inputs)
+            model_cases.run_step(torch, group, model, inputs)
+    model.zero_grad(set_to_none=True)
     return [{**shape.to_dict(), "reason": reason, "count": n} for (shape, reason), n in report.shapes.items()]
+
+
+class PlantedOOM(RuntimeError):
+    """Stands in for torch.cuda.OutOfMemoryError in the tests of the fit (PLANT_OOM)."""
+
+
+def fit_training(torch, group, model, config: dict, device, dtype, inputs, progress, seed: int):
+    """A training group's model with as many of its layers as one step fits in the GPU's memory (see
+    the module's docstring); returns (model, layers, [(layers dropped, why)])."""
+    full = layers = group.layers(config)
+    dropped = []
+    plant = int(os.environ.get(PLANT_OOM) or 0)
+    oom = (torch.cuda.OutOfMemoryError, PlantedOOM)
+    while True:
+        why = None
+        if device.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        try:
+            if plant and layers > plant:
+                raise PlantedOOM(f"planted: more than {plant} layers")
+            with model_cases.backend(torch, group.library, model, "capture"):
+                model_cases.run_step(torch, group, model, inputs)
+            if device.type == "cuda":
+                peak, total = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+                if peak > FIT_SHARE * total:
+                    why = (f"its step peaked at {peak / 2**30:.1f} GiB, over {FIT_SHARE:.0%} of the GPU's "
+                           f"{total / 2**30:.1f} GiB")
+        except oom as err:
+            why = f"out of memory ({str(err).strip().splitlines()[0][:120] if str(err).strip() else 'CUDA'})"
+        model.zero_grad(set_to_none=True)
+        if why is None:
+            return model, layers, dropped
+        dropped.append((layers, why))
+        fewer = layers - max(1, layers // 4)
+        print(f"[bench.models] {group.id}: {layers} of {full} layers do not fit ({why}); building {fewer}", flush=True)
+        if fewer < 1:
+            raise RuntimeError(f"{group.id}: not even one layer fits a training step: {why}")
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        layers = fewer
+        t0 = time.perf_counter()
+        torch.manual_seed(seed)
+        model = group.build(torch, {**config, group.layers_key: layers}, device, dtype)
+        progress.emit("built", build_s=time.perf_counter() - t0, params=sum(p.numel() for p in model.parameters()),
+                      layers=layers, full_layers=full, dropped=dropped)
 
 
 def cuda_healthy(torch, device) -> bool:
@@ -194,10 +288,13 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
+    group = model_cases.GROUPS[args.group]
+    if group.training:  # fewer cached blocks of odd sizes: more of the memory left for the step (both backends);
+        # read by the CUDA allocator when it starts, at the first allocation, which is still to come here
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     import torch
 
     progress = Progress(args.progress)
-    group = model_cases.GROUPS[args.group]
     wanted = [tuple(c.split(":", 1)) for c in args.cases.split(",") if c]
     device = torch.device("cpu" if args.dry_run else "cuda")
     dtype = torch.bfloat16
@@ -205,9 +302,12 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     torch.manual_seed(args.seed)
-    model = group.build(torch, group.tiny_config if args.dry_run else group.config, device, dtype)
+    config = group.tiny_config if args.dry_run else group.config
+    model = group.build(torch, config, device, dtype)
     params = sum(p.numel() for p in model.parameters())
-    progress.emit("built", build_s=time.perf_counter() - t0, params=params)
+    layers = group.layers(config)
+    progress.emit("built", build_s=time.perf_counter() - t0, params=params, layers=layers, full_layers=layers,
+                  dropped=[])
 
     hop = hopattn_kernel(torch, device, args.dry_run)
     kernels, missing = {"hopattn": hop}, {}
@@ -221,6 +321,11 @@ def main(argv=None) -> int:
             else:
                 kernels[name] = kern
                 model_cases.register(group.library, name, kern, strict=True)
+
+    if group.training:  # on the first workload's inputs (the workloads of a group are alike or smaller)
+        first = group.workloads[0].inputs(torch, device, dtype, args.dry_run, torch.Generator().manual_seed(args.seed + 1))
+        model, _, _ = fit_training(torch, group, model, config, device, dtype, first, progress, args.seed)
+        del first
 
     plant = os.environ.get(PLANT_HANG, "")
     for wl in group.workloads:

@@ -3,7 +3,13 @@ backend on the same weights; writes bench/results/models-<gpu-slug>.json.
 
     python -m bench.models                      # every model, every backend (about 7 minutes on an H200)
     python -m bench.models --models llama-3.1-8b --backends sdpa,hopattn
+    python -m bench.models --training           # training steps: Llama-3.1-8B at 8k, Wan2.1-1.3B (a few minutes)
     python -m bench.models --dry-run            # tiny configurations on CPU, the reference kernel for hopattn
+
+--training runs the training groups instead of the inference ones (forward, loss and backward
+through each backend on the same weights; loss and gradients compared with SDPA's): hopattn, SDPA
+and SDPA's cuDNN backend. A model whose full layer count does not fit a training step in the GPU's
+memory is run with fewer layers, and its record says how many and why.
 
 Each model group runs in its own process (built once; backends switched on the same weights), under
 a watchdog: every case is printed before it starts, and one that runs past --case-timeout is killed,
@@ -55,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.models", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="models: " + ", ".join(model_cases.GROUPS))
-    p.add_argument("--models", default="all", help="model groups: 'all' (default) or a comma-separated list")
+    p.add_argument("--models", default="all",
+                   help="model groups: 'all' (default: every inference group; with --training every training "
+                        "group) or a comma-separated list")
+    p.add_argument("--training", action="store_true",
+                   help="the training groups: one forward+backward step per case, loss and gradients compared")
     p.add_argument("--backends", default="all", help=f"'all' (default) or some of {','.join(BACKENDS)}")
     p.add_argument("--reps", type=int, default=3, help="timed steps per case (median reported; default 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps before them (default 1)")
@@ -71,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "models already in it and not run now are kept")
     p.add_argument("--seed", type=int, default=0)
     return p
+
+
+def select_groups(models: str, training: bool) -> list:
+    """The groups --models names: 'all' is every inference group, or with --training every training
+    group; a list may name any group."""
+    if models.strip().lower() == "all":
+        return [g for g in model_cases.GROUPS.values() if g.training == training]
+    return [model_cases.GROUPS[g] for g in parse_list(models, tuple(model_cases.GROUPS), "models")]
 
 
 class Child:
@@ -131,8 +149,9 @@ def run_group(group, backends: list[str], args, workdir: Path, state: dict, poll
             kind = ev["event"]
             if kind == "environment":
                 state.setdefault("environment", ev["environment"])
-            elif kind == "built":
-                state["built"][group.id] = {"build_s": ev["build_s"], "params": ev["params"]}
+            elif kind == "built":  # a training group's fit may build again, with fewer layers
+                state["built"][group.id] = {k: ev.get(k) for k in ("build_s", "params", "layers", "full_layers",
+                                                                    "dropped")}
                 watch["deadline"] = time.monotonic() + args.case_timeout  # the capture forward comes next
             elif kind == "workload":
                 state["workloads"][ev["workload"]] = {"calls": ev["calls"], "tokens": ev["tokens"]}
@@ -204,25 +223,48 @@ def assemble(state: dict, groups, run_id: str, run: dict) -> dict:
                     case["speedup_step"] = ref["step_ms"]["median"] / case["step_ms"]["median"]
                     if ref.get("attention_ms") and case.get("attention_ms"):
                         case["speedup_attention"] = ref["attention_ms"] / case["attention_ms"]
-                if name == "sdpa":
-                    case["errors"] = {}
+                if name == "sdpa":  # against itself: only its run-to-run differences say anything
+                    case["errors"] = {k: v for k, v in case["errors"].items() if k.endswith("_rerun")}
                 cases[name] = case
-            models[wl.id] = {"run": run_id, "label": wl.label, "library": group.library,
-                             "config_source": group.config_source, "workload": wl.workload,
+            label, workload = layered(group, wl, built, run["dry_run"])
+            models[wl.id] = {"run": run_id, "label": label, "library": group.library,
+                             "config_source": group.config_source, "workload": workload,
                              "tokens": info.get("tokens") or wl.tokens(run["dry_run"]),
                              "params": built.get("params"), "build_s": built.get("build_s"), "strict": group.strict,
                              "attention_calls": info.get("calls", []), "cases": cases}
     return {"schema_version": records.SCHEMA_VERSION, "runs": {run_id: run}, "models": models}
 
 
+def layered(group, wl, built: dict, dry_run: bool) -> tuple[str, str]:
+    """The workload's label and description, with the layers a training run had when it had fewer
+    than the configuration (and why: the larger counts did not fit)."""
+    layers, full = built.get("layers"), built.get("full_layers")
+    if not group.training or layers is None or full is None:
+        return wl.label, wl.workload
+    workload = f"{wl.workload}; {layers} of the model's {full} layers"
+    if layers == full:
+        return wl.label, workload
+    dropped = built.get("dropped") or []
+    why = "; ".join(f"{n} layers: {reason}" for n, reason in dropped)
+    return f"{wl.label}, {layers} of {full} layers", workload + (f" (fewer did not fit: {why})" if why else "")
+
+
+def group_backends(group, backends: list[str]) -> list[str]:
+    """The backends of ``backends`` that ``group`` runs (training: not the FlashAttention peers)."""
+    return [b for b in backends if group.runs(b)]
+
+
 def plan(groups, backends, args) -> str:
     lines, total = [], 0.0
     for g in groups:
+        mine = group_backends(g, backends)
+        skipped = [b for b in backends if b not in mine]
         for wl in g.workloads:
             per_case = wl.est_step_s * (args.warmup + args.reps + 1) + 2.0
-            total += per_case * len(backends)
-            lines.append(f"  {wl.id}: {', '.join(backends)} (~{per_case:.0f} s a backend)")
-        total += 30.0  # process start, imports and the model build
+            total += per_case * len(mine)
+            lines.append(f"  {wl.id}: {', '.join(mine)} (~{per_case:.0f} s a backend)" +
+                         (f"; not {', '.join(skipped)} (no backward through them here)" if skipped else ""))
+        total += 30.0 + (60.0 if g.training else 0.0)  # process start, imports, the build (training: the fit)
     head = "dry run on CPU" if args.dry_run else f"estimated ~{total / 60:.1f} min on an H200 plus any JIT compiles"
     return f"[bench.models] plan ({head}):\n" + "\n".join(lines)
 
@@ -245,7 +287,7 @@ def write(state: dict, groups, args, argv, started: dt.datetime, commit, dirty) 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    groups = [model_cases.GROUPS[g] for g in parse_list(args.models, tuple(model_cases.GROUPS), "models")]
+    groups = select_groups(args.models, args.training)
     backends = parse_list(args.backends, BACKENDS, "backends")
     commit, dirty = runs.git_state()
     print(runs.log_header(command_line(argv), git=(commit, dirty)), flush=True)  # first: what made the log
@@ -254,7 +296,7 @@ def main(argv=None) -> int:
     state = {"cases": {}, "built": {}, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="hopattn-models-") as tmp:
         for i, group in enumerate(groups):
-            run_group(group, backends, args, Path(tmp), state)
+            run_group(group, group_backends(group, backends), args, Path(tmp), state)
             out, record = write(state, groups[: i + 1], args, argv, started, commit, dirty)
             print(f"[bench.models] wrote {runs.shown_path(out)}", flush=True)
     for model_id, model in record["models"].items():

@@ -248,3 +248,213 @@ def test_committed_model_records_are_valid_and_canonical():
     for path in sorted((Path(__file__).resolve().parent.parent / "bench" / "results").glob("models-*.json")):
         data = model_records.load(path)
         assert path.read_text() == model_records.to_json(model_records.normalize(data)), path
+
+
+# --- the training producer (python -m bench.models --training): its wiring, on CPU ----------------
+
+
+def test_training_groups_are_chosen_by_the_flag_and_run_sdpa_cudnn_hopattn_only():
+    from bench import model_cases, models
+
+    inference = {g.id for g in models.select_groups("all", training=False)}
+    training = {g.id for g in models.select_groups("all", training=True)}
+    assert training == {"llama-3.1-8b-training", "wan2.1-t2v-1.3b-training"} and not inference & training
+    assert "llama-3.1-8b" in inference and "ltx-2" in inference
+    assert [g.id for g in models.select_groups("wan2.1-t2v-1.3b-training", training=False)] == \
+        ["wan2.1-t2v-1.3b-training"]
+    group = model_cases.GROUPS["llama-3.1-8b-training"]
+    assert models.group_backends(group, list(models.BACKENDS)) == ["sdpa", "cudnn", "hopattn"]
+    assert models.group_backends(model_cases.GROUPS["llama-3.1-8b"], ["sdpa", "fa4"]) == ["sdpa", "fa4"]
+    assert group.layers(group.config) == 32 and group.config["num_attention_heads"] == 32
+    wan = model_cases.GROUPS["wan2.1-t2v-1.3b-training"]
+    assert wan.layers(wan.config) == 30 and wan.workloads[0].tokens(False) == {"video": 32760, "text": 512}
+    assert group.workloads[0].tokens(False) == {"sequence": 8192}
+    args = models.build_parser().parse_args(["--training"])
+    assert "not fa3, fa4" in models.plan(models.select_groups("all", True), list(models.BACKENDS), args)
+
+
+def test_layered_label_says_how_many_layers_ran_and_why():
+    from bench import model_cases, models
+
+    group = model_cases.GROUPS["wan2.1-t2v-1.3b-training"]
+    wl = group.workloads[0]
+    full = {"layers": 30, "full_layers": 30, "dropped": []}
+    label, workload = models.layered(group, wl, full, dry_run=False)
+    assert label == wl.label and workload.endswith("; 30 of the model's 30 layers")
+    fewer = {"layers": 23, "full_layers": 30, "dropped": [[30, "out of memory (CUDA)"]]}
+    label, workload = models.layered(group, wl, fewer, dry_run=False)
+    assert label == f"{wl.label}, 23 of 30 layers"
+    assert workload.endswith("; 23 of the model's 30 layers (fewer did not fit: 30 layers: out of memory (CUDA))")
+    inference = model_cases.GROUPS["wan2.1-t2v-1.3b"]
+    assert models.layered(inference, inference.workloads[0], fewer, False) == (inference.workloads[0].label,
+                                                                               inference.workloads[0].workload)
+
+
+def test_assemble_keeps_only_sdpas_rerun_errors():
+    from bench import model_cases, models
+
+    group = model_cases.GROUPS["llama-3.1-8b-training"]
+    wl = group.workloads[0]
+    errors = {"rel_err_loss": 1e-4, "rel_err_grads": 0.01, "rel_err_grads_rerun": 0.002}
+    state = {"cases": {wl.id: {"sdpa": case(900.0, errors={"rel_err_loss": 0.0, "rel_err_grads_rerun": 0.003}),
+                               "hopattn": case(800.0, errors=errors)}},
+             "built": {group.id: {"build_s": 10.0, "params": 123, "layers": 32, "full_layers": 32, "dropped": []}},
+             "workloads": {wl.id: {"calls": [], "tokens": {"sequence": 8192}}}}
+    data = models.assemble(state, [group], "20261201T101500Z", record()["runs"]["20261201T101500Z"])
+    cases = data["models"][wl.id]["cases"]
+    assert cases["sdpa"]["errors"] == {"rel_err_grads_rerun": 0.003} and cases["hopattn"]["errors"] == errors
+    assert cases["hopattn"]["speedup_step"] == 900.0 / 800.0
+    mr.validate(data)
+
+
+def test_routing_backward_counts_are_checked():
+    data = record()
+    routing = M(data)["cases"]["hopattn"]["routing"]
+    routing.update(backward=80, deterministic=0)
+    mr.validate(data)
+    routing.update(backward=81)
+    with pytest.raises(mr.RecordError, match=r"routing.backward' must be an integer from 0 to 80"):
+        mr.validate(data)
+    routing.update(backward=10, deterministic=11)
+    with pytest.raises(mr.RecordError, match=r"routing.deterministic' must be an integer from 0 to 10"):
+        mr.validate(data)
+
+
+def test_grad_errors_all_attention_and_worst():
+    torch = pytest.importorskip("torch")
+    from bench import model_cases
+
+    model = torch.nn.ModuleDict({"self_attn": torch.nn.Linear(2, 2, bias=False), "mlp": torch.nn.Linear(2, 2,
+                                                                                                         bias=False)})
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    ref = model_cases.host_grads(model)
+    assert model_cases.grad_errors(torch, model, ref, "cpu") == {"rel_err_grads": 0.0, "rel_err_grads_attention": 0.0,
+                                                                "rel_err_grads_worst": 0.0}
+    model["self_attn"].weight.grad = torch.full((2, 2), 2.0)  # off by 100 %, the MLP's exact
+    errs = model_cases.grad_errors(torch, model, ref, "cpu")
+    assert errs["rel_err_grads_attention"] == 1.0 and errs["rel_err_grads_worst"] == 1.0
+    assert errs["rel_err_grads"] == pytest.approx(0.5 ** 0.5)
+    model["mlp"].weight.grad = torch.full((2, 2), float("nan"))
+    assert model_cases.grad_errors(torch, model, ref, "cpu")["rel_err_grads"] is None
+
+
+def test_run_step_trains_with_the_previous_gradients_dropped():
+    torch = pytest.importorskip("torch")
+    from bench import model_cases
+
+    lin = torch.nn.Linear(3, 1)
+    group = model_cases.Group(id="t", library="transformers", config={}, tiny_config={}, config_source="x",
+                              strict=False, build=None, training=True,
+                              forward=lambda torch, model, inputs: {"loss": model(inputs["x"]).sum()})
+    x = {"x": torch.ones(4, 3)}
+    out = model_cases.run_step(torch, group, lin, x)
+    once = lin.weight.grad.clone()
+    model_cases.run_step(torch, group, lin, x)
+    assert torch.equal(lin.weight.grad, once) and out["loss"].grad_fn is None  # not accumulated: one step's
+    inference = model_cases.Group(id="i", library="transformers", config={}, tiny_config={}, config_source="x",
+                                  strict=False, build=None,
+                                  forward=lambda torch, model, inputs: {"y": model(inputs["x"])})
+    assert model_cases.run_step(torch, inference, lin, x)["y"].requires_grad is False
+
+
+def _tiny_training(torch, group_id, monkeypatch):
+    """A training group's tiny model on CPU, registered as the runner registers it."""
+    from bench import model_cases, model_peers, model_runner
+
+    group = model_cases.GROUPS[group_id]
+    torch.manual_seed(0)
+    model = group.build(torch, group.tiny_config, torch.device("cpu"), torch.bfloat16)
+    hop = model_runner.hopattn_kernel(torch, torch.device("cpu"), dry_run=True)
+    model_cases.register(group.library, "hopattn", hop, strict=True)
+    model_cases.register(group.library, "capture", model_peers.as_capture(hop, "cpu"), strict=False)
+    return group, model, hop
+
+
+def test_fit_builds_fewer_layers_until_a_step_fits(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from bench import model_runner
+
+    group, model, _ = _tiny_training(torch, "llama-3.1-8b-training", monkeypatch)
+    config = {**group.tiny_config, "num_hidden_layers": 4}
+    model = group.build(torch, config, torch.device("cpu"), torch.bfloat16)
+    monkeypatch.setenv(model_runner.PLANT_OOM, "2")  # more than 2 layers: "out of memory"
+    inputs = group.workloads[0].inputs(torch, torch.device("cpu"), torch.bfloat16, True, torch.Generator().manual_seed(1))
+    progress = model_runner.Progress(tmp_path / "p.jsonl")
+    fitted, layers, dropped = model_runner.fit_training(torch, group, model, config, torch.device("cpu"),
+                                                        torch.bfloat16, inputs, progress, seed=0)
+    assert layers == 2 and [n for n, _ in dropped] == [4, 3] and "planted" in dropped[0][1]
+    assert len(fitted.model.layers) == 2 and all(p.grad is None for p in fitted.parameters())
+    events = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["layers"], e["full_layers"]) for e in events] == [("built", 3, 4), ("built", 2, 4)]
+    monkeypatch.setenv(model_runner.PLANT_OOM, "0")
+
+
+def test_training_case_compares_loss_and_gradients_with_sdpa_and_replays_forward_and_backward(monkeypatch,
+                                                                                                 tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import argparse
+
+    from bench import model_runner
+
+    group, model, hop = _tiny_training(torch, "llama-3.1-8b-training", monkeypatch)
+    wl = group.workloads[0]
+    inputs = wl.inputs(torch, torch.device("cpu"), torch.bfloat16, True, torch.Generator().manual_seed(1))
+    calls = model_runner.capture(torch, group, model, inputs, torch.device("cpu"))
+    assert [c["reason"] for c in calls] == [None] and calls[0]["count"] == 2
+    (tmp_path / f"{wl.id}.calls.json").write_text(json.dumps(calls))
+    args = argparse.Namespace(warmup=1, reps=2)
+    monkeypatch.setattr(model_runner, "_GRAD_REFERENCE", {})
+    cpu = torch.device("cpu")
+    sdpa = model_runner.run_case(torch, cpu, group, wl, model, inputs, "sdpa", {"hopattn": hop}, args, tmp_path)
+    assert sdpa["status"] == "ok" and set(sdpa["errors"]) == {"rel_err_loss", "rel_err_grads_rerun"}
+    assert wl.id in model_runner._GRAD_REFERENCE
+    hopattn = model_runner.run_case(torch, cpu, group, wl, model, inputs, "hopattn", {"hopattn": hop}, args, tmp_path)
+    errors = hopattn["errors"]
+    assert set(errors) == {"rel_err_loss", "rel_err_grads", "rel_err_grads_attention", "rel_err_grads_worst",
+                           "rel_err_grads_rerun"}
+    assert errors["rel_err_loss"] < 1e-2 and errors["rel_err_grads"] < 3e-2 and errors["rel_err_grads_rerun"] == 0
+    assert hopattn["routing"]["served"] == hopattn["routing"]["backward"] == 2
+    assert hopattn["attention_ms"] > 0 and hopattn["step_ms"]["samples"] == 2
+    assert all(p.grad is None for p in model.parameters())  # nothing left for the next case
+    monkeypatch.setattr(model_runner, "_GRAD_REFERENCE", {})  # a fresh process: no SDPA gradients here
+    again = model_runner.run_case(torch, cpu, group, wl, model, inputs, "hopattn", {"hopattn": hop}, args, tmp_path)
+    assert "no SDPA run of this workload in this process" in again["message"] and "rel_err_grads" not in again["errors"]
+
+
+def test_training_replay_runs_forward_and_backward():
+    torch = pytest.importorskip("torch")
+    from hopattn.integrations import kernels, routing
+
+    from bench import model_runner
+
+    shape = routing.CallShape("transformers", 1, 4, 2, 16, 16, 128, True, "bhsd", "bfloat16")
+    kern = kernels.reference_kernel(devices=("cpu",))
+    for kernel, backend in ((kern, "hopattn"), (None, "sdpa")):
+        fn, _ = model_runner.launcher_for(torch, torch.device("cpu"), kernel, backend, training=True)(shape, None)
+        dq, dk, dv = fn()
+        assert dq.shape == (1, 16, 4, 128) and dk.shape == dv.shape == (1, 16, 2, 128)
+    fn, _ = model_runner.launcher_for(torch, torch.device("cpu"), kern, "hopattn")(shape, None)
+    assert fn().shape == (1, 16, 4, 128)  # inference: the forward alone
+
+
+@pytest.mark.slow
+def test_training_dry_run_end_to_end(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("diffusers")
+    out = tmp_path / "models-cpu.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.models", "--dry-run", "--training", "--reps", "2",
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    data = mr.load(out)
+    assert set(data["models"]) == {"llama-3.1-8b-training-8k", "wan2.1-t2v-1.3b-training-480p"}
+    for model in data["models"].values():
+        cases = model["cases"]
+        assert set(cases) == {"sdpa", "cudnn", "hopattn"} and cases["cudnn"]["status"] == "missing"
+        hop = cases["hopattn"]
+        assert hop["status"] == "ok" and hop["routing"]["served"] == hop["routing"]["backward"] > 0
+        assert hop["errors"]["rel_err_grads"] < 3e-2 and hop["errors"]["rel_err_loss"] < 1e-2
+        assert "layers" in model["workload"]

@@ -10,6 +10,9 @@
 ``transformers`` and ``diffusers`` import their library only when ``register`` is called, so this
 package imports without them. ``kernels`` describes what a kernel serves; ``routing`` counts what
 was served and why the rest fell back; ``masks`` tells a causal or empty mask from a real one.
+
+Training goes through the same functions: calls that need a gradient are served, and hopattn's
+backward computes it (``register(deterministic=True)`` for bitwise reproducible gradients).
 """
 
 from . import kernels, masks, routing

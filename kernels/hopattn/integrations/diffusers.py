@@ -12,9 +12,15 @@ adds a member for ``name`` (a str-valued Enum member like the others) before reg
 function under it. ``set_attention_backend`` and ``attention_backend`` then accept the name.
 
 The tensors are passed to the kernel in place (layout "bshd"). Calls it cannot serve (a padding
-mask, head dim 64 as in LTX-2's audio attention, fp16/fp32, dropout, context parallelism, a call
-that needs a gradient) go to diffusers' native SDPA backend with every argument the model passed,
-and are counted (strict=False) or raise RoutingError (strict=True).
+mask, head dim 64 as in LTX-2's audio attention, fp16/fp32, dropout, context parallelism) go to
+diffusers' native SDPA backend with every argument the model passed, and are counted (strict=False)
+or raise RoutingError (strict=True).
+
+Training: a call that needs a gradient (a transformer whose parameters require grad, grad mode on)
+is served, and its gradients come from hopattn's backward. ``register(deterministic=True)`` gives
+gradients identical bit for bit run to run; None (default) follows
+``torch.use_deterministic_algorithms``. Double backward is not supported (the second backward
+raises, see hopattn.integrations.transformers).
 
 ``unregister`` takes the name out of ``AttentionBackendName`` again, so ``set_attention_backend``
 refuses it with diffusers' own error; a model that was switched to it before keeps a backend that
@@ -53,14 +59,19 @@ def _add_member(enum_cls, value: str):
     return member
 
 
-def register(strict: bool = False, kernel: Kernel | None = None, name: str = "hopattn") -> str:
+def register(strict: bool = False, kernel: Kernel | None = None, name: str = "hopattn",
+             deterministic: bool | None = None) -> str:
     """Make the diffusers attention backend ``name`` route to ``kernel`` (default: hopattn's final
-    stage). Returns ``name``; registering again replaces the earlier function."""
+    stage). ``deterministic``: True, gradients identical bit for bit run to run; False, the faster
+    backward; None (default), as ``torch.use_deterministic_algorithms`` says. Returns ``name``;
+    registering again replaces the earlier function."""
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
     kernel = kernel or hopattn_kernel()
+    routing.check_deterministic_option(deterministic, kernel)
     # No constraints: the backend checks its inputs itself, and falls back or refuses with a reason.
-    _AttentionBackendRegistry.register(backend_name(name), constraints=[])(make_backend(kernel, strict))
+    _AttentionBackendRegistry.register(backend_name(name), constraints=[])(make_backend(kernel, strict,
+                                                                                        deterministic))
     return name
 
 
@@ -97,7 +108,7 @@ def _remove_member(enum_cls, member) -> None:
         enum_cls._member_names_.remove(member._name_)
 
 
-def make_backend(kernel: Kernel, strict: bool):
+def make_backend(kernel: Kernel, strict: bool, deterministic: bool | None = None):
     """The backend function dispatch_attention_fn calls (only the parameters it names are passed)."""
     from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
 
@@ -109,11 +120,11 @@ def make_backend(kernel: Kernel, strict: bool):
         causal, keys, reason = _plan(query, key, attn_mask, dropout_p, is_causal, return_lse, _parallel_config)
         q_bhsd, k_bhsd, v_bhsd = (t.transpose(1, 2) for t in (query, key[:, :keys], value[:, :keys]))
         shape = routing.shape_of(LIBRARY, q_bhsd, k_bhsd, causal, "bshd")
-        reason = reason or kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal)
+        grad = routing.needs_grad(query, key, value)
+        exact = routing.wants_deterministic(deterministic)
+        reason = reason or kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal, grad=grad, deterministic=exact)
         if reason is None and scale is not None and not (math.isfinite(scale) and scale > 0):
             reason = f"scale {scale} (the kernel takes a positive scale)"
-        if reason is None and routing.needs_grad(query, key, value):
-            reason = routing.NEEDS_GRAD
         if reason is not None:
             routing.refuse_or_record(kernel.name, shape, reason, strict, target=NATIVE)
             return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
@@ -121,8 +132,8 @@ def make_backend(kernel: Kernel, strict: bool):
                           _parallel_config=_parallel_config)
         scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
         out, mode = routing.serve(kernel, query, key[:, :keys], value[:, :keys], causal=causal, scale=scale,
-                                  layout="bshd")
-        routing.record(shape, mode=mode)
+                                  layout="bshd", deterministic=exact)
+        routing.record(shape, mode=mode, grad=grad, deterministic=exact)
         return out
 
     attention.__name__ = f"{kernel.name}_diffusers_backend"

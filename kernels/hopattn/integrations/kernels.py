@@ -1,10 +1,18 @@
 """The attention kernels the integrations route to, described by what they can serve.
 
-A ``Kernel`` pairs a call of one contract — ``call(q, k, v, *, causal, scale, layout) -> out`` with
-q, k, v in ``layout`` ("bhsd" = [B, H, L, D], "bshd" = [B, L, H, D]), causal bottom-right aligned,
-a query row that sees no key giving 0 — with the limits the routing checks before calling it. The
-hopattn kernel is the one users get; the benchmark builds others (FlashAttention-3/-4) of the same
-shape, and the tests a float64 reference, so every kernel goes through the same glue.
+A ``Kernel`` pairs a call of one contract — ``call(q, k, v, *, causal, scale, layout,
+deterministic) -> out`` with q, k, v in ``layout`` ("bhsd" = [B, H, L, D], "bshd" = [B, L, H, D]),
+causal bottom-right aligned, a query row that sees no key giving 0 — with the limits the routing
+checks before calling it. The hopattn kernel is the one users get; the benchmark builds others
+(FlashAttention-3/-4) of the same shape, and the tests a float64 reference, so every kernel goes
+through the same glue.
+
+Training: a kernel with ``backward=True`` is differentiable in q, k and v (autograd reaches its
+backward through the tensors ``call`` returns), so calls that need a gradient are served; one
+without a backward is sent such calls' way elsewhere (``unsupported(..., grad=True)`` says why).
+``deterministic=True`` asks for gradients identical bit for bit run to run; a call that needs a
+gradient asks it only of a kernel with ``deterministic=True`` (a backward without atomics). It
+changes nothing in a forward.
 """
 
 from __future__ import annotations
@@ -29,9 +37,13 @@ class Kernel:
     strided: bool = True  # reads any strides with a contiguous head dim
     bshd_packed_heads: bool = True  # "bshd" also needs the heads of a row packed (stride(2) == head dim)
     label: str = ""
+    backward: bool = False  # differentiable in q, k, v: calls that need a gradient are served
+    deterministic: bool = False  # has a backward whose gradients are identical bit for bit run to run
 
-    def unsupported(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str | None:
-        """Why this kernel cannot take these tensors (logical BHSD shapes), or None when it can."""
+    def unsupported(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, grad: bool = False,
+                    deterministic: bool = False) -> str | None:
+        """Why this kernel cannot take these tensors (logical BHSD shapes), or None when it can;
+        ``grad``: the call needs a gradient, ``deterministic``: a bitwise reproducible one."""
         if q.device.type not in self.devices:
             return f"device {q.device.type} ({self.name} runs on {'/'.join(self.devices)})"
         for t in (q, k, v):
@@ -49,6 +61,10 @@ class Kernel:
             return f"{hq} query heads are not a multiple of {hkv} key/value heads"
         if causal and not self.causal:
             return f"causal mask ({self.name} is non-causal only)"
+        if grad and not self.backward:
+            return f"gradient needed ({self.label or self.name} has no backward)"
+        if grad and deterministic and not self.deterministic:
+            return f"deterministic algorithms requested ({self.label or self.name} has no deterministic backward)"
         return None
 
     def accepts(self, t: torch.Tensor, layout: str) -> bool:
@@ -60,20 +76,31 @@ class Kernel:
         return layout == "bhsd" or not self.bshd_packed_heads or t.stride(2) == t.shape[3]
 
 
-def hopattn_kernel(stage: int | None = None) -> Kernel:
-    """The hopattn kernel of ``stage`` (default: the final stage), with that stage's limits."""
+def hopattn_kernel(stage: int | None = None, backward_stage: int | None = None) -> Kernel:
+    """The hopattn kernel of ``stage`` (default: the final stage), with that stage's limits; its
+    gradients come from ``backward_stage`` of the backward lineage (default: its final stage).
+
+    It has a backward when the forward stage keeps the log-sum-exp the backward recomputes P from
+    (stages with ``lse``, 20 on) and the backward stage reads what the forward stage does (layouts,
+    grouped K/V heads; the routing checks the forward's limits only)."""
     from hopattn import api
+    from hopattn import backward as bwd
 
     spec = api._stage(stage)  # validates `stage`, names it in the error
-    number = spec.number
+    back = bwd._stage(backward_stage)  # and `backward_stage`
+    number, back_number = spec.number, back.number
+    trains = (spec.lse and back.causal >= spec.causal and back.gqa >= spec.gqa and back.tails >= spec.tails
+              and set(spec.layouts) <= set(back.layouts))
 
-    def call(q, k, v, *, causal, scale, layout):
+    def call(q, k, v, *, causal, scale, layout, deterministic=False):
         # looked up at call time, so tests can stand a CPU reference in for the CUDA kernel
-        return api.attention(q, k, v, causal=causal, scale=scale, stage=number, layout=layout)
+        return api.attention(q, k, v, causal=causal, scale=scale, stage=number, layout=layout,
+                             deterministic=deterministic, backward_stage=back_number)
 
     return Kernel(name="hopattn", label=f"hopattn stage {spec.id}", call=call, head_dims=(spec.head_dim,),
                   gqa=spec.gqa, causal=spec.causal, layouts=tuple(spec.layouts), strided=spec.strided,
-                  bshd_packed_heads=not spec.strided)  # the strided stages read any head stride too
+                  bshd_packed_heads=not spec.strided,  # the strided stages read any head stride too
+                  backward=trains, deterministic=trains and back.deterministic)
 
 
 def reference_attention(q, k, v, *, causal=False, scale=None, layout="bhsd", gqa=True):
@@ -81,6 +108,7 @@ def reference_attention(q, k, v, *, causal=False, scale=None, layout="bhsd", gqa
 
     Checks its inputs as the kernels do (a glue bug that sends a kernel what it cannot read fails
     here, on CPU, instead of on the GPU). Returns a contiguous tensor in ``layout`` and q's dtype.
+    Differentiable in q, k and v through torch's own operations.
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
@@ -110,9 +138,10 @@ def reference_attention(q, k, v, *, causal=False, scale=None, layout="bhsd", gqa
 
 
 def reference_kernel(gqa: bool = True, devices: tuple[str, ...] = ("cpu", "cuda")) -> Kernel:
-    """hopattn's limits (bf16, head dim 128) with the float64 reference as its call."""
+    """hopattn's limits (bf16, head dim 128) with the float64 reference as its call (differentiable)."""
 
-    def call(q, k, v, *, causal, scale, layout):
+    def call(q, k, v, *, causal, scale, layout, deterministic=False):  # torch's CPU ops: no atomics to avoid
         return reference_attention(q, k, v, causal=causal, scale=scale, layout=layout, gqa=gqa)
 
-    return Kernel(name="reference", label="float64 reference", call=call, gqa=gqa, devices=devices)
+    return Kernel(name="reference", label="float64 reference", call=call, gqa=gqa, devices=devices, backward=True,
+                  deterministic=True)

@@ -8,6 +8,9 @@ Every call that reaches an integration (transformers' AttentionInterface, diffus
 dispatch) is recorded in each active report: served (directly, or after repeating K/V heads for a
 kernel without GQA, or after a copy into a layout the kernel reads) or sent, with its reason, to an
 implementation that honours every argument of the call (SDPA, or the model's eager attention).
+A served call that needs a gradient (grad mode on, an input that requires grad: a model in
+training) is counted as served with a backward too: its gradients come from the kernel's backward
+when the loss's ``.backward()`` runs (``deterministic``: the bitwise reproducible one).
 A strict report refuses, at the call, anything the kernel cannot serve, and fails on exit if any call
 fell back or if no call came through at all (the model was never switched to hopattn).
 """
@@ -20,9 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-
-# Why a call that needs a gradient is not served (yet): the kernel has no backward.
-NEEDS_GRAD = "gradient needed (hopattn has no backward yet)"
 
 # How a served call reached the kernel.
 DIRECT = "direct"  # the tensors as the model made them
@@ -74,26 +74,39 @@ class RoutingReport:
     fallbacks: Counter = field(default_factory=Counter)  # reason -> calls sent elsewhere
     shapes: Counter = field(default_factory=Counter)  # (CallShape, reason or None) -> calls
     targets: dict = field(default_factory=dict)  # reason -> where those calls went (SDPA, eager, ...)
+    backward: int = 0  # served calls that needed a gradient: the kernel's backward computes it
+    deterministic: int = 0  # ... of them, with the deterministic backward
 
     @property
     def fell_back(self) -> int:
         return sum(self.fallbacks.values())
 
-    def _add(self, shape: CallShape, mode: str | None, reason: str | None, target: str) -> None:
+    def _add(self, shape: CallShape, mode: str | None, reason: str | None, target: str, grad: bool,
+             deterministic: bool) -> None:
         self.calls += 1
         self.shapes[(shape, reason)] += 1
         if reason is None:
             self.served += 1
             self.modes[mode] += 1
+            self.backward += bool(grad)
+            self.deterministic += bool(grad and deterministic)
         else:
             self.fallbacks[reason] += 1
             self.targets[reason] = target
 
     def summary(self) -> str:
         text = f"{self.calls} attention calls: {self.served} served by {self.kernel}"
+        notes = []
         repeated = self.modes.get(REPEAT_KV, 0)
         if repeated:
-            text += f" ({repeated} after repeating K/V heads)"
+            notes.append(f"{repeated} after repeating K/V heads")
+        if self.backward == self.deterministic > 0:
+            notes.append(f"{self.backward} with a gradient through its deterministic backward")
+        elif self.backward:
+            notes.append(f"{self.backward} with a gradient through its backward" +
+                         (f", {self.deterministic} of them deterministic" if self.deterministic else ""))
+        if notes:
+            text += f" ({'; '.join(notes)})"
         for reason, n in sorted(self.fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
             text += f"; {n} sent to {self.targets.get(reason, 'SDPA')}: {reason}"
         return text
@@ -101,7 +114,8 @@ class RoutingReport:
     def to_dict(self) -> dict:
         """Plain JSON data (the model records store it)."""
         return {"strict": self.strict, "kernel": self.kernel, "calls": self.calls, "served": self.served,
-                "modes": dict(sorted(self.modes.items())), "fallbacks": dict(sorted(self.fallbacks.items()))}
+                "modes": dict(sorted(self.modes.items())), "fallbacks": dict(sorted(self.fallbacks.items())),
+                "backward": self.backward, "deterministic": self.deterministic}
 
     def check(self) -> None:
         """Raise RoutingError if this is a strict report and something was not served by the kernel."""
@@ -145,16 +159,37 @@ def shape_of(library: str, q: torch.Tensor, k: torch.Tensor, causal: bool, layou
                      dtype=str(q.dtype).removeprefix("torch."))
 
 
-def record(shape: CallShape, mode: str | None = None, reason: str | None = None, target: str = "SDPA") -> None:
+def record(shape: CallShape, mode: str | None = None, reason: str | None = None, target: str = "SDPA",
+           grad: bool = False, deterministic: bool = False) -> None:
+    """Count one call in every active report: served (``mode``; ``grad``: with a backward to come,
+    ``deterministic``: the bitwise reproducible one) or sent to ``target`` for ``reason``."""
     with _LOCK:
         reports = list(_ACTIVE)
     for r in reports:
-        r._add(shape, mode, reason, target)
+        r._add(shape, mode, reason, target, grad, deterministic)
 
 
 def needs_grad(*tensors: torch.Tensor) -> bool:
     """Whether autograd would record this call: grad mode on and some input that requires grad."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def wants_deterministic(option: bool | None) -> bool:
+    """An integration's ``deterministic`` option at call time: True or False as given, None follows
+    torch.use_deterministic_algorithms (torch.are_deterministic_algorithms_enabled())."""
+    return torch.are_deterministic_algorithms_enabled() if option is None else bool(option)
+
+
+def check_deterministic_option(option, kernel) -> None:
+    """Refuse, when registering, a ``deterministic`` option that is not a bool or None, or True for
+    a kernel that has no deterministic backward (it could only be honoured by falling back)."""
+    if option is not None and not isinstance(option, bool):
+        raise TypeError(f"deterministic: expected True, False or None (follow torch.use_deterministic_algorithms), "
+                        f"got {type(option).__name__}")
+    if option and not kernel.deterministic:
+        raise ValueError(f"deterministic: {kernel.label or kernel.name} has no deterministic backward; register "
+                         f"with deterministic=None to follow torch.use_deterministic_algorithms (calls that need "
+                         f"such a gradient then go elsewhere, counted)")
 
 
 def refuse_or_record(kernel_name: str, shape: CallShape, reason: str, strict: bool, target: str = "SDPA") -> None:
@@ -169,11 +204,13 @@ def refuse_or_record(kernel_name: str, shape: CallShape, reason: str, strict: bo
 
 
 def serve(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-          layout: str) -> tuple[torch.Tensor, str]:
+          layout: str, deterministic: bool = False) -> tuple[torch.Tensor, str]:
     """Call ``kernel`` on q, k, v given in ``layout``; returns (out in ``layout``, how it was served).
 
     K/V heads are repeated only for a kernel without GQA; tensors are copied only when the kernel
-    cannot read their strides (or layout) in place.
+    cannot read their strides (or layout) in place. The repeats, copies and transposes are torch
+    operations: a gradient flows back through them to the tensors the model gave. ``deterministic``
+    reaches a kernel that has a deterministic backward (for any other it is False).
     """
     head_axis = 1 if layout == "bhsd" else 2
     mode = DIRECT
@@ -191,7 +228,8 @@ def serve(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
             mode = COPIED
     if run_layout != layout and mode == DIRECT:
         mode = COPIED
-    out = kernel.call(q, k, v, causal=causal, scale=scale, layout=run_layout)
+    out = kernel.call(q, k, v, causal=causal, scale=scale, layout=run_layout,
+                      deterministic=bool(deterministic and kernel.deterministic))
     if run_layout != layout:
         out = out.transpose(1, 2)
     return out, mode

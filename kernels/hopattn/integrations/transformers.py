@@ -16,8 +16,21 @@ naming it (strict=True). A fallback keeps every argument the model passed: calls
 SDPA honours (masks, dropout, scaling, position bias) go to transformers' own SDPA function,
 unchanged; calls with an argument SDPA would drop (attention sinks, logit softcapping, a request
 for the attention weights, or an argument this glue does not know) go to the model's own eager
-attention function, with the mask in the additive form eager expects. A call that needs a gradient
-(grad mode on, an input that requires grad) is not served until hopattn has a backward.
+attention function, with the mask in the additive form eager expects.
+
+Training (``model.train()``, a loss's ``.backward()``): a call that needs a gradient (grad mode on,
+an input that requires grad) is served like any other, and its gradients come from hopattn's
+backward (kernels/attention_backward/, through hopattn.attention's autograd). What the forward
+cannot serve falls back as in inference; so does attention dropout, which transformers passes only
+in training (``attention_dropout`` > 0 with ``model.train()``): SDPA applies it, as the model asked.
+``register(deterministic=True)`` gives gradients identical bit for bit run to run (hopattn's
+backward without atomics); the default, None, follows ``torch.use_deterministic_algorithms``, and a
+model that passes ``deterministic=True`` to its attention gets it too. Gradient checkpointing works
+(the recomputed forward is served again, and counted again). Double backward (``create_graph=True``
+and then a backward through that gradient: gradient penalties, Hessian-vector products) is not
+supported: hopattn's backward is not itself differentiable, and that second backward raises
+PyTorch's "no autograd formula was registered" error for hopattn.attention_backward instead of
+giving a wrong number. Such models need attn_implementation="eager".
 """
 
 from __future__ import annotations
@@ -33,16 +46,20 @@ from .kernels import Kernel, hopattn_kernel
 LIBRARY = "transformers"
 
 
-def register(strict: bool = False, kernel: Kernel | None = None, name: str = "hopattn") -> str:
+def register(strict: bool = False, kernel: Kernel | None = None, name: str = "hopattn",
+             deterministic: bool | None = None) -> str:
     """Make ``attn_implementation=name`` route to ``kernel`` (default: hopattn's final stage).
 
+    ``deterministic``: True gives gradients identical bit for bit run to run, False the faster
+    backward (dQ through atomics), None (default) follows ``torch.use_deterministic_algorithms``.
     Returns ``name``. Registering again replaces the earlier registration of that name.
     """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     kernel = kernel or hopattn_kernel()
-    AttentionInterface.register(name, make_attention_function(kernel, strict))
+    routing.check_deterministic_option(deterministic, kernel)
+    AttentionInterface.register(name, make_attention_function(kernel, strict, deterministic))
     AttentionMaskInterface.register(name, sdpa_mask)
     return name
 
@@ -63,6 +80,7 @@ EAGER_ONLY = {"s_aux": "attention sinks", "softcap": "logit softcapping",
 # Keyword arguments that say nothing the kernel, given the mask, would get wrong: positions and
 # packed-sequence bounds (the mask already holds the packing), and the flags of the model's forward.
 # (Sparse-attention indices, `indices` and `block_indices`, are not among them: they go to eager.)
+# `deterministic` (flash-attention's flag, which some models pass) asks for the deterministic backward.
 PASSIVE = {"position_ids", "cache_position", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
            "output_hidden_states", "use_cache", "past_key_values", "return_dict", "sliding_window", "position_bias",
            "layer_idx", "deterministic", "output_router_logits", "encoder_hidden_states"}
@@ -70,19 +88,20 @@ SDPA = "SDPA"
 EAGER = "the model's eager attention"
 
 
-def make_attention_function(kernel: Kernel, strict: bool):
+def make_attention_function(kernel: Kernel, strict: bool, deterministic: bool | None = None):
     """The function transformers calls: (module, q, k, v, mask, ...) with BHSD q, k, v; returns
-    (attention output BSHD, None), or what the fallback returns."""
+    (attention output BSHD, None), or what the fallback returns. Differentiable in q, k, v when the
+    kernel has a backward (``deterministic`` as ``register`` takes it)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         causal, keys, reason, target = _plan(module, query, key, attention_mask, dropout, is_causal, kwargs)
         shape = routing.shape_of(LIBRARY, query, key[:, :, :keys], causal, "bhsd")
-        reason = reason or kernel.unsupported(query, key, value, causal)
+        grad = routing.needs_grad(query, key, value)
+        exact = routing.wants_deterministic(deterministic) or bool(kwargs.get("deterministic"))
+        reason = reason or kernel.unsupported(query, key, value, causal, grad=grad, deterministic=exact)
         if reason is None and scaling is not None and not (math.isfinite(scaling) and scaling > 0):
             reason = f"scale {scaling} (the kernel takes a positive scale)"
-        if reason is None and routing.needs_grad(query, key, value):
-            reason = routing.NEEDS_GRAD
         if reason is not None:
             routing.refuse_or_record(kernel.name, shape, reason, strict, target=target)
             if target == EAGER:
@@ -92,8 +111,8 @@ def make_attention_function(kernel: Kernel, strict: bool):
         if keys < key.shape[2]:
             key, value = key[:, :, :keys], value[:, :, :keys]
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-        out, mode = _run(kernel, query, key, value, causal, scale)
-        routing.record(shape, mode=mode)
+        out, mode = _run(kernel, query, key, value, causal, scale, exact)
+        routing.record(shape, mode=mode, grad=grad, deterministic=exact)
         return out, None
 
     attention.__name__ = f"{kernel.name}_attention_forward"
@@ -159,11 +178,12 @@ def _plan(module, query, key, mask, dropout, is_causal, kwargs) -> tuple[bool, i
     return causal, keys, None, SDPA
 
 
-def _run(kernel: Kernel, query, key, value, causal: bool, scale: float):
+def _run(kernel: Kernel, query, key, value, causal: bool, scale: float, deterministic: bool = False):
     """The kernel on BHSD tensors; returns (BSHD output, mode). BSHD views are read in place when
     the model's tensors are laid out that way (a projection's output viewed as heads)."""
     as_bshd = [t.transpose(1, 2) for t in (query, key, value)]
     if all(kernel.accepts(t, "bshd") for t in as_bshd):
-        return routing.serve(kernel, *as_bshd, causal=causal, scale=scale, layout="bshd")
-    out, mode = routing.serve(kernel, query, key, value, causal=causal, scale=scale, layout="bhsd")
+        return routing.serve(kernel, *as_bshd, causal=causal, scale=scale, layout="bshd", deterministic=deterministic)
+    out, mode = routing.serve(kernel, query, key, value, causal=causal, scale=scale, layout="bhsd",
+                              deterministic=deterministic)
     return out.transpose(1, 2), mode

@@ -20,7 +20,16 @@ torch. The shape of a record:
              "attention_ms": float | null, "memory_gib": float | null,
              "speedup_step": float | null, "speedup_attention": float | null,   # SDPA's time / this one's
              "errors": {name: float | null},                                      # against the SDPA run
-             "routing": {"calls", "served", "modes", "fallbacks", "strict", "kernel"} | null}}}}}
+             "routing": {"calls", "served", "modes", "fallbacks", "strict", "kernel",
+                         "backward", "deterministic"} | null}}}}}
+
+Training workloads (``python -m bench.models --training``) use the same form: their errors are
+rel_err_loss, rel_err_grads (every weight's gradient together), rel_err_grads_attention (the
+attention modules' weights), rel_err_grads_worst (the worst single tensor), all against the SDPA
+run, and rel_err_grads_rerun (the backend's last timed step against its first; SDPA's case keeps
+this one only). routing's ``backward`` counts the served calls whose gradient the kernel's backward
+computed, ``deterministic`` those of them through its deterministic backward (both optional: records
+written before training have neither).
 
 Sorted keys, fixed precision, checked on load and before every write, written atomically (the
 checker, the GPU slug and the written form are the other records' own: fields.py, results.gpu_slug,
@@ -94,6 +103,11 @@ def _check_routing(c: Checker, obj, f: str) -> None:
     if sum(modes.values()) != served or served + sum(fallbacks.values()) != calls:
         raise RecordError(f"{c.where}: field '{f}.routing' must count every call once (calls {calls}, served "
                           f"{served}, modes {modes}, fallbacks {fallbacks})")
+    upper = served
+    for k in ("backward", "deterministic"):  # optional: a record from before training has neither
+        if k in r:
+            upper = c.get(r, k, f"{f}.routing.{k}", f"an integer from 0 to {upper}",
+                          lambda v, top=upper: _int(v) and 0 <= v <= top)
 
 
 def _check_case(c: Checker, name: str, case, f: str) -> None:
