@@ -1,7 +1,12 @@
-"""Everything the site is made from, read and validated before anything is rendered: the lineage
-(kernels/attention), the benchmark results (bench/results), the per-warp trace records
-(bench/results/traces/<gpu>/) and the compiler facts (kernels/compiler_facts). Bad input fails
-here, naming the file and the field, and the previous site stays as it was.
+"""Everything the site is made from, read and validated before anything is rendered: the lineages
+(kernels/attention, and the backward's kernels/attention_backward where it exists), the benchmark
+results (bench/results), the per-warp trace records (bench/results/traces/<gpu>/) and the compiler
+facts (kernels/compiler_facts). Bad input fails here, naming the file and the field, and the
+previous site stays as it was.
+
+The backward's stages are kept apart from the forward's (``backward``, ``backward_hashes``,
+``backward_facts``): the two lineages number their stages alike (both have a 01-baseline), so
+nothing keyed by a stage's id or name mixes them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ class Inputs:
     results: list[results.GpuResults]  # the GPU with the most measured stages first
     facts: dict[str, tuple[dict | None, str | None]]  # stage name -> (usable facts or None, problem or None)
     traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # GPU slug -> {(stage id, causal): record}
+    backward: list[lineage.Stage] = field(default_factory=list)  # Act V: kernels/attention_backward
+    backward_hashes: dict[str, str] = field(default_factory=dict)  # backward stage id -> its source hash now
+    backward_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
 
     @property
     def trace_gpu(self) -> str | None:
@@ -34,11 +42,13 @@ class Inputs:
         return self.traces.get(self.trace_gpu, {}).get((stage.id, causal))
 
     def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
-        return self.facts[stage.name]
+        return (self.backward_facts if stage.backward else self.facts)[stage.name]
 
     def stale_facts(self) -> list[str]:
-        """'NN-slug: why' for every stage whose compiler facts are missing or stale."""
-        return [f"{name}: {problem}" for name, (_, problem) in self.facts.items() if problem]
+        """'NN-slug: why' for every stage whose compiler facts are missing or stale (the backward's
+        as 'backward NN-slug: why')."""
+        return ([f"{name}: {problem}" for name, (_, problem) in self.facts.items() if problem]
+                + [f"backward {name}: {problem}" for name, (_, problem) in self.backward_facts.items() if problem])
 
 
 def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
@@ -59,7 +69,11 @@ def _traces(folder: Path) -> dict[str, dict[tuple[str, bool], dict]]:
 def load(root: Path) -> Inputs:
     root = Path(root).resolve()
     stages = lineage.discover(root / "kernels" / "attention")
+    folder = root / "kernels" / lineage.BACKWARD_DIR.name
+    backward = lineage.discover(folder) if folder.is_dir() else []
     return Inputs(root=root, stages=stages, hashes={s.id: s.source_hash() for s in stages},
                   results=results.load_indexed(root / "bench" / "results"),
                   facts={s.name: _facts(s) for s in stages},
-                  traces=_traces(root / "bench" / "results" / "traces"))
+                  traces=_traces(root / "bench" / "results" / "traces"),
+                  backward=backward, backward_hashes={s.id: s.source_hash() for s in backward},
+                  backward_facts={s.name: _facts(s) for s in backward})

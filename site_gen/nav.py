@@ -1,4 +1,5 @@
-"""The site navigation: overview, hand-written pages, the stages, the gallery.
+"""The site navigation: overview, hand-written pages, the stages, the backward's stages (Act V), the
+gallery.
 
 Built from the hand-written pages on disk and the generated ones in memory, so a page added by the
 docs writers shows up without editing mkdocs.yml, and a missing one never breaks a strict build.
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+ACT_V = "Act V — the backward pass"
 PREFERRED = ["introduction.md", "background.md", "method.md", "reading-guide.md", "reading_guide.md"]
 
 
 def nav(docs_dir: Path, generated: list[str]) -> list:
-    """``generated``: the paths of the generated pages (index.md, gallery.md, stages/NN-slug.md)."""
+    """``generated``: the paths of the generated pages (index.md, gallery.md, stages/NN-slug.md,
+    backward/NN-slug.md)."""
     hand = sorted(p.name for p in Path(docs_dir).glob("*.md") if p.name not in generated)
     ordered = [n for n in PREFERRED if n in hand] + [n for n in hand if n not in PREFERRED]
     stages = sorted(p for p in generated if p.startswith("stages/"))
@@ -21,6 +24,9 @@ def nav(docs_dir: Path, generated: list[str]) -> list:
         out.append("models.md")
     if stages:
         out.append({"Stages": stages})
+    backward = sorted(p for p in generated if p.startswith("backward/"))
+    if backward:
+        out.append({ACT_V: backward})
     if "gallery.md" in generated:
         out.append("gallery.md")
     return out

@@ -20,6 +20,7 @@ from hopattn import lineage
 from hopattn.records import models as model_records
 
 from . import fragments, inputs, models_page
+from .benchmark_section import backward as backward_numbers
 from .benchmark_section import chart, headline, model_vs_measured, tables
 from .benchmark_section import section as benchmark
 from .cache import DiskCache
@@ -27,11 +28,13 @@ from .compiler_section import overview as compiler_overview
 from .compiler_section import section as compiler
 from .diagrams import Diagram, concept_diagrams, diagram, doc_diagrams, stage_diagrams, timeline_section
 from .diagrams import section as diagrams
+from .diagrams.backward import backward_diagrams
 from .diff_section import section as diff
 from .html import figure
-from .pages import docs_figures, gallery, overview, stage
+from .pages import backward, docs_figures, gallery, overview, stage
 
 CHART = "assets/generated/progression.svg"
+BACKWARD_CHART = "assets/generated/progression-backward.svg"
 DIFFS = "assets/generated/diffs"  # each stage's diff, loaded by its page (site_gen/fragments.py)
 PACKAGE = Path(__file__).resolve().parent
 
@@ -120,17 +123,84 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
                 s, prev, nxt, diff_html=diff_md, diagram_parts=parts, compiler_md=compiler_md,
                 benchmark_md=benchmark_md, headline_md=headline_md, lead_md=lead_md)
 
+    backward_drawn = _render_backward(inp, site, cache)
+
     with naming("the overview", root / "bench" / "results", root):
         site.pages["index.md"] = _overview(inp, site, cache)
     with naming("the figures of the hand-written pages", root / "docs", root):
         docs = _doc_diagrams(stages, specs, cache)
         everything = {d.id: d for _s, mine in drawn.values() for d in mine} | {d.id: d for d in docs}
+        everything |= {d.id: d for _s, mine in backward_drawn.values() for d in mine}
         docs_figures.add([everything[i] for i in docs_figures.referenced(root / "docs") if i in everything], site)
     with naming("the gallery", root / "docs", root):
         site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs, root / "docs", measured=measured)
     with naming("the page of the models", root / "bench" / "results", root):
         site.pages["models.md"] = models_page.render(model_records.load_all(root / "bench" / "results"))
     return site
+
+
+def _render_backward(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
+    """Act V: a page per backward stage (backward/NN-slug.md), of the forward's form; returns
+    {stage number: (stage, its diagrams)}."""
+    stages, root = inp.backward, inp.root
+    drawn: dict = {}
+    specs = [[st.name, st.spec_path.read_text()] for st in stages]
+    for i, s in enumerate(stages):
+        prev = stages[i - 1] if i else None
+        nxt = stages[i + 1] if i + 1 < len(stages) else None
+        with naming(f"the diagrams of backward stage {s.name}", s.spec_path, root):
+            mine = _backward_diagrams(s, stages, specs, cache)
+            drawn[s.number] = (s, mine)
+            lead = backward.lead_for(s, mine)
+            parts = backward.diagram_parts(s, mine, drawn, lead, site)
+            lead_md = backward.lead_figure(mine, lead, site)
+        with naming(f"the diff of backward stage {s.name}", s.kernel_path, root):
+            diff_md = site.add_fragment(f"diff-backward-{s.name}", diff.diff_section(s, prev, cache),
+                                        file=(f"{DIFFS}/backward-{s.name}.html", 2, "the diff"))
+        with naming(f"the compiler section of backward stage {s.name}", s.kernel_path, root):
+            compiler_md = compiler.compiler_section(s, prev, inp.facts_of, name=backward.stage_name)
+            compiler_md += backward.atomics_note(s, inp.facts_of(s)[0])
+        with naming(f"the benchmark section of backward stage {s.name}", root / "bench" / "results", root):
+            benchmark_md = backward_numbers.stage_section(s, prev, inp.backward_hashes, inp.results)
+            cards = backward_numbers.headline(s, prev, inp.backward_hashes, inp.results)
+            headline_md = site.add_fragment(f"headline-backward-{s.name}", cards) if cards else ""
+        with naming(f"the page of backward stage {s.name}", s.notes_path, root):
+            site.pages[backward.page_path(s)] = backward.backward_page(
+                s, prev, nxt, diff_html=diff_md, diagram_parts=parts, compiler_md=compiler_md,
+                benchmark_md=benchmark_md, headline_md=headline_md, lead_md=lead_md)
+    return drawn
+
+
+def _backward_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
+    def make():
+        return [dataclasses.asdict(d) for d in backward_diagrams(stage, stages)]
+
+    drawn = cache.get("backward-diagrams", [stage.name, specs], make,
+                      code=[Path(diagram.__file__).parent, Path(lineage.__file__)], libraries=["svgwrite"])
+    return [Diagram(**d) for d in drawn]
+
+
+def _backward_overview(inp: inputs.Inputs, site: Site) -> str:
+    """The overview's Act V: the backward climb (or "not measured yet") and the backward stages."""
+    if not inp.backward:
+        return ""
+    main = inp.results[0] if inp.results else None
+    parts = []
+    climb = backward_numbers.climb_diagram(backward_numbers.climb_data(inp.backward, main), main.gpu_name) \
+        if main is not None else None
+    if climb is not None:
+        site.add_asset(BACKWARD_CHART, climb.standalone)
+        parts.append(site.add_fragment("climb-backward", figure(climb.id, climb.svg, climb.caption, climb.title,
+                                                                BACKWARD_CHART, kind="chart")))
+    else:
+        parts.append(f"**{backward_numbers.NOT_MEASURED}.** No backward stage has a backward entry in "
+                     + (f"`bench/results/{main.gpu}.json`" if main else "the results")
+                     + f": the climb against FlashAttention-4, cuDNN and FlashAttention-2 appears once "
+                     f"`{backward_numbers.COMMAND}` has run on a GPU.\n")
+    parts.append(backward_numbers.overview_table(inp.backward, inp.backward_hashes, main))
+    parts.append("Compiler facts of the backward stages:\n\n"
+                 + compiler_overview.overview_table(inp.backward, inp.facts_of, folder=backward.FOLDER))
+    return "\n".join(parts)
 
 
 def _diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
@@ -174,7 +244,8 @@ def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
         compiler_md=compiler_overview.overview_table(inp.stages, inp.facts_of),
         model_md=model_vs_measured.overview_section(inp, site),
         gpu_name=main.gpu_name if main else None,
-        reading_guide=next((n for n in ("reading-guide.md", "reading_guide.md") if (docs / n).is_file()), None))
+        reading_guide=next((n for n in ("reading-guide.md", "reading_guide.md") if (docs / n).is_file()), None),
+        backward=inp.backward, backward_md=_backward_overview(inp, site))
 
 
 def generate(root: Path, *, use_cache: bool = True) -> tuple[Site, inputs.Inputs, float]:

@@ -393,3 +393,62 @@ def test_no_stage_spills_without_saying_why():
         if spilled:
             assert "spill" in stage.notes_path.read_text().lower(), (
                 f"stage {stage.name} spills {spilled} bytes and its notes.md does not explain it")
+
+
+# --- the backward lineage (Act V) ----------------------------------------------------------------
+
+
+def _backward_committed() -> list[tuple[lineage.Stage, dict]]:
+    out = []
+    for folder in sorted(p for p in lineage.BACKWARD_DIR.iterdir() if p.is_dir() and p.name != "common"):
+        try:
+            stage = lineage.load_stage(folder)
+        except lineage.SpecError:  # a stage still being written
+            continue
+        facts = record.load(stage)
+        if facts is not None and record.problem(stage, facts) is None:
+            out.append((stage, facts))
+    return out
+
+
+def test_backward_facts_have_a_folder_of_their_own():
+    stage = lineage.load_stage(lineage.BACKWARD_DIR / "01_baseline")
+    assert record.path_for(stage) == lineage.ATTENTION_DIR.parent / "compiler_facts" / "attention_backward" / \
+        "01-baseline.json"
+    assert producer.status_key(stage) == "backward 01-baseline"
+    assert producer.status_key(lineage.load_stage(lineage.ATTENTION_DIR / "01_baseline")) == "01-baseline"
+
+
+def test_committed_backward_facts_are_current_canonical_and_match_the_spec():
+    committed = _backward_committed()
+    assert [s.name for s, _ in committed][:1] == ["01-baseline"], "run `python -m hopattn.compiler --lineage backward`"
+    folder = record.folder_for(lineage.BACKWARD_DIR)
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert path.read_text() == record.dumps(data), path
+        record.validate(data, path)
+    for stage, facts in committed:
+        assert facts["signature"].startswith(stage.kernel + "(")
+        reserved = changes.smem_bytes(facts)
+        assert stage.smem_bytes <= reserved <= stage.smem_bytes + 2048, stage.name
+        assert facts["opcodes"].get("HMMA", 0) + facts["opcodes"].get("HGMMA", 0) > 0
+
+
+def test_the_command_line_chooses_stages_lineage_by_lineage(tmp_path, monkeypatch):
+    import shutil
+
+    from hopattn.compiler import __main__ as cli
+    from hopattn.compiler.__main__ import choose
+
+    backward = tmp_path / "attention_backward"  # the backward's first stage (later ones may be in the writing)
+    for name in ("common", "01_baseline"):
+        shutil.copytree(lineage.BACKWARD_DIR / name, backward / name)
+    monkeypatch.setitem(cli.LINEAGES, "backward", backward)
+    both = choose(["1"])
+    assert [(s.lineage, s.number) for s in both][:1] == [("attention", 1)]
+    assert ("attention_backward", 1) in [(s.lineage, s.number) for s in both]
+    assert {s.lineage for s in choose(["1"], "backward")} == {"attention_backward"}
+    assert [s.number for s in choose(["3-4"], "forward")] == [3, 4]
+    assert all(not s.backward for s in choose(["22"]))  # the backward has no stage 22: the forward's alone
+    with pytest.raises(ValueError, match="no stage 99"):
+        choose(["99"])

@@ -145,7 +145,7 @@ def _check_legible_at_both_widths(browser, base, pages):
                         assert f["inline"] >= floor, f"{path} {f['id']}: {f['inline']:.1f} px inline at 1400 px"
             if width == 1400 and path in CONTRAST_PAGES:
                 contrast += _contrast(browser, path)
-            if width == 390 and path.startswith("stages/"):
+            if width == 390 and path.startswith(("stages/", "backward/")):
                 _check_lead(browser, path)
                 leads += 1
             if path in FULL_SCREEN_PAGES:
@@ -157,7 +157,7 @@ def _check_legible_at_both_widths(browser, base, pages):
     _width(browser, 1400)
     assert not contrast, f"{len(contrast)} texts below 4.5:1:\n" + "\n".join(contrast[:20])
     assert set(KINDS) | {"deferred"} <= kinds, sorted(kinds)
-    assert leads == len([p for p in pages if p.startswith("stages/")])
+    assert leads == len([p for p in pages if p.startswith(("stages/", "backward/"))])
     return counted
 
 
@@ -267,6 +267,38 @@ def test_fixture_site_in_browser(browser, site_root):
     _check_site(browser, site_root / "site", ["stages/01-baseline/", "stages/02-smem-tiles/", "stages/03-ldmatrix/"])
 
 
+def test_a_backward_page_in_browser(browser, tmp_path):
+    """Act V's page in the fixture: loads without errors, every figure legible at 1400 and 390 px (its
+    lead inline, the others in full screen, each clicked open), its text against what is under it in
+    both themes, the not-measured state in its benchmark section."""
+    from conftest import make_site
+    from test_backward_site import add_backward
+
+    root = add_backward(make_site(tmp_path / "repo"))
+    _build(root, root / "site")
+    path = "backward/01-baseline/"
+    _check_site(browser, root / "site", [path])
+    server = _serve(root / "site")
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        for width in (1400, 390):
+            _width(browser, width)
+            browser.get(base + path)
+            figures = _check_figures(browser, path)
+            assert {f["kind"] for f in figures} >= {"memory", "dq", "roles", "timeline"}, figures
+            if width == 390:
+                _check_lead(browser, path)
+            else:
+                assert not _contrast(browser, path)
+                assert "Not measured yet" in browser.find_element("id", "benchmark").find_element(
+                    "xpath", "following-sibling::p").text
+            for fig_id, kind, folded in browser.execute_script(PICK_FIGURES):
+                _check_full_screen(browser, f"{path} {fig_id} ({kind}) at {width} px", fig_id, folded)
+    finally:
+        _width(browser, 1400)
+        server.shutdown()
+
+
 @pytest.fixture(scope="module")
 def real_site(tmp_path_factory):
     """The real site, built once for this module's tests and served: (folder, base URL)."""
@@ -280,7 +312,9 @@ def real_site(tmp_path_factory):
 
 
 def _stage_pages(site_dir) -> list[str]:
-    return sorted(f"stages/{p.name}/" for p in (site_dir / "stages").iterdir() if p.is_dir())
+    """The forward's stage pages, then the backward's (Act V)."""
+    return [f"{folder}/{p.name}/" for folder in ("stages", "backward") if (site_dir / folder).is_dir()
+            for p in sorted((site_dir / folder).iterdir()) if p.is_dir()]
 
 
 def test_real_site_in_browser(browser, real_site):
@@ -300,8 +334,9 @@ def test_real_site_in_browser(browser, real_site):
 # --- every screen (issue #31) ------------------------------------------------------------------------
 MAX_PAGE_BYTES = 500_000
 FULL_SCREEN_PAGES = ("stages/01-baseline/", "stages/08-wgmma/", "stages/12-pingpong/", "stages/17-causal/",
-                     "stages/22-fast-divmod/", "gallery/", "models/")
-CONTRAST_PAGES = ("gallery/", "hopper/", "stages/12-pingpong/", "stages/18-causal-scheduling/", "models/")
+                     "stages/22-fast-divmod/", "backward/01-baseline/", "gallery/", "models/")
+CONTRAST_PAGES = ("gallery/", "hopper/", "stages/12-pingpong/", "stages/18-causal-scheduling/",
+                  "backward/01-baseline/", "models/")
 KINDS = ("memory", "roles", "concept", "trace", "timeline", "chart")
 CONTRAST = (Path(__file__).resolve().parent / "browser_contrast.js").read_text()
 

@@ -78,12 +78,13 @@ def _marker(c, x, y, shape):
         c.rect(x - 3, y - 3, 6, 6, fill=colour, stroke="bg", sw=0.8, rx=0)
 
 
-def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None, legend_right=False):
+def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend_at=None, legend_right=False,
+           peer_table=PEERS):
     """One panel: a line per shape over the stages, then a column per reference peer with its point
     at each shape in that shape's style, and per shape a dashed line at the fastest peer's number, in
     the shape's colour: a stage's 16k point is set against the peers' 16k, never against their 8k."""
     labels = dict(data["stages"])
-    peers = [(key, short) for key, short, _label in PEERS if data["refs"][causal].get(key)]
+    peers = [(key, short) for key, short, _label in peer_table if data["refs"][causal].get(key)]
     gap = 0.6 if peers else 0.0  # between the last stage and the first peer, in columns
     step = (x1 - x0) / (len(numbers) + gap + len(peers))
 
@@ -120,7 +121,7 @@ def _panel(c, data, causal, x0, x1, y0, y1, ymax, numbers, title, ymin=0, legend
         while any(abs(ly - p) < 15 for p in placed):
             ly += 15
         placed.append(ly)
-        short = dict((k, sh) for k, sh, _ in PEERS)[key]
+        short = dict((k, sh) for k, sh, _ in peer_table)[key]
         c.text(x1 + 6, ly, f"{shape}: {short} {v:.0f}", size=12, fill=colour, weight="700")
     for i, (key, _short) in enumerate(peers):
         for shape in SHAPES:

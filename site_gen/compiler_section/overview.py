@@ -9,14 +9,15 @@ from .changes import size, smem_bytes, spill_bytes
 from .section import REFRESH
 
 
-def overview_table(stages: list[lineage.Stage], facts_of) -> str:
-    """One row per stage, linked to its #compiler section; ``facts_of`` as in section.py."""
+def overview_table(stages: list[lineage.Stage], facts_of, folder: str = "stages") -> str:
+    """One row per stage, linked to its #compiler section; ``facts_of`` as in section.py; ``folder``:
+    where the stages' pages are (stages/, or backward/ for Act V)."""
     lines = ["| stage | registers | spills | shared memory | tensor instr | HMMA | HGMMA | LDSM | MUFU |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     stale = False
     for stage in stages:
         facts, problem = facts_of(stage)
-        name = f"[{stage.id} {stage.title.split(':')[0]}](stages/{stage.name}.md#compiler)"
+        name = f"[{stage.id} {stage.title.split(':')[0]}]({folder}/{stage.name}.md#compiler)"
         if facts is None:
             lines.append(f"| {name} | — | — | — | — | — | — | — | — |")
             continue

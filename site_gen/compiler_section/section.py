@@ -88,9 +88,14 @@ def _loop_details(cur: dict) -> str:
             f'<pre><code>{body}</code></pre>\n</details>\n')
 
 
-def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None, facts_of) -> str:
+def _stage_name(stage: lineage.Stage) -> str:
+    return f"stage {stage.id}"
+
+
+def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None, facts_of, name=_stage_name) -> str:
     """Markdown for the #compiler section of a stage page (no heading: the page owns it).
-    ``facts_of(stage)`` gives (usable facts or None, why they are not current or None)."""
+    ``facts_of(stage)`` gives (usable facts or None, why they are not current or None); ``name(stage)``
+    how the text names a stage ("stage 07"; the backward's pages say "backward stage 01")."""
     cur, problem = facts_of(stage)
     if cur is None:
         return _admonition("note", "No compiler facts yet",
@@ -107,11 +112,11 @@ def compiler_section(stage: lineage.Stage, prev_stage: lineage.Stage | None, fac
     out.append(f"Kernel `{cur['signature']}`, {cur['arch']} code built with nvcc {tools.get('nvcc', '?')} "
                f"(`{cur['nvcc_flags']}`), disassembled with cuobjdump {tools.get('cuobjdump', '?')} "
                f"(source lines: nvdisasm {tools.get('nvdisasm', '?')}).\n")
-    prev_label = f"stage {prev_stage.id}" if prev_stage is not None else ""
+    prev_label = name(prev_stage) if prev_stage is not None else ""
     if prev is not None:
-        out.append(f"**Against stage {prev_stage.id}:** {changes.headline(prev, cur)}\n")
+        out.append(f"**Against {prev_label}:** {changes.headline(prev, cur)}\n")
     elif prev_stage is not None:
-        out.append(f"Stage {prev_stage.id} has no compiler facts to compare with.\n")
+        out.append(f"{prev_label[0].upper()}{prev_label[1:]} has no compiler facts to compare with.\n")
     out.append(_resources_table(cur, prev, prev_label))
     if cur.get("dynamic_smem_expr") and cur.get("dynamic_smem") is None:
         out.append(f"The dynamic shared memory is `{cur['dynamic_smem_expr']}`, which could not be evaluated.\n")

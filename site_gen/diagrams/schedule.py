@@ -20,6 +20,12 @@ Rules (the timeline's caption repeats them):
    block_m / (number of ops of its kind) query rows unless its [[schedule]] entry says `rows`.
    K/V loads move the bytes that facts.l2_bytes_per_iter counts (per warp without shared memory,
    once per CTA with it, 1/cluster of the tile with multicast).
+
+The backward (Act V, stage.backward) walks the other axis: a CTA owns a block of keys and its loop
+runs over the query blocks. Its iteration loads Q and dO (L2 hits: every key block of the head reads
+them) and runs five GEMMs (qk, dp, dv, dk, dq; 2·block_m·block_n·head_dim FLOP each); the prologue
+is its K/V load (once per CTA) and the epilogue the dK/dV store (kind store_dkdv; implicit after
+the last dK and dV when the spec has none). The dQ atomics are not modelled.
 """
 
 from __future__ import annotations
@@ -30,6 +36,23 @@ from . import engines, facts, rates
 
 UNITS = ("load", "tensor", "softmax", "epilogue")
 ONCE = ("load_q", "store_o")  # once per output tile, not per KV iteration
+BACKWARD_PROLOGUE = ("load_k", "load_v", "load_kv")  # the backward: once per CTA (its key block)
+BACKWARD_EPILOGUE = ("store_dkdv",)
+BACKWARD_GEMMS = ("qk", "dp", "dv", "dk", "dq")
+
+
+def prologue_kinds(stage) -> tuple[str, ...]:
+    """The kinds an output tile (forward) or a key block (backward) runs once, before its loop."""
+    return BACKWARD_PROLOGUE if stage.backward else ("load_q",)
+
+
+def epilogue_kinds(stage) -> tuple[str, ...]:
+    return BACKWARD_EPILOGUE if stage.backward else ("store_o",)
+
+
+def once_kinds(stage) -> tuple[str, ...]:
+    """Kinds that run once per output tile (forward: ONCE) or per key block (backward), not per iteration."""
+    return prologue_kinds(stage) + epilogue_kinds(stage) if stage.backward else ONCE
 UNIT_LABEL = {"load": "load / TMA", "tensor": "tensor cores", "softmax": "softmax (MUFU / FMA)",
               "epilogue": "epilogue"}
 
@@ -67,6 +90,13 @@ class Slot:
 
 def model_ops(stage) -> list[Op]:
     ops = [Op(o.op, o.kind, o.unit, o.engine, o.role, tuple(o.after), rows=o.rows) for o in stage.schedule]
+    if stage.backward:
+        if not any(o.kind in BACKWARD_EPILOGUE for o in ops):
+            grads = [o for o in ops if o.kind in ("dv", "dk")] or ops[-1:]
+            path = facts.o_path(stage)
+            ops.append(Op("store_dkdv", "store_dkdv", "epilogue", path[-1], grads[-1].role,
+                          tuple(o.name for o in grads), implicit=True))
+        return ops
     if not any(o.kind == "store_o" for o in ops):
         pv = [o for o in ops if o.kind == "pv"]
         last = pv[-1] if pv else ops[-1]
@@ -80,6 +110,8 @@ def duration(stage, op: Op) -> float:
     """Seconds one op takes on its unit (rates.py; rows split evenly among ops of one kind)."""
     fam = engines.family(op.engine)
     t = facts.Tiles.of(stage)
+    if stage.backward:
+        return _backward_duration(stage, op, fam)
     if op.kind in ("qk", "pv"):
         rows = op.rows or facts.rows_per_op(stage, op.kind)
         flops = 2 * rows * stage.block_n * stage.head_dim
@@ -102,6 +134,30 @@ def duration(stage, op: Op) -> float:
     if op.kind == "store_o":
         rows = op.rows or facts.rows_per_op(stage, "store_o")
         return rows * stage.head_dim * facts.ELEM / rates.HBM_BYTES_SM
+    raise ValueError(op.kind)
+
+
+def _backward_duration(stage, op: Op, fam: str) -> float:
+    n, d = stage.block_n, stage.head_dim
+    if op.kind in BACKWARD_GEMMS:  # each of the five: (block_m x block_n) against head_dim, 2mnd FLOP
+        rows = op.rows or facts.rows_per_op(stage, op.kind)
+        rate = rates.TENSOR_FLOPS_SM * (1.0 if fam == "wgmma" else rates.MMA_SYNC_FRACTION)
+        return 2 * rows * n * d / rate
+    if op.kind == "softmax":
+        # P = 2^(S·c − lse): one FFMA and one exp2 per score; dS = P ∘ (dP − D): a subtract and a
+        # multiply; the bf16 packing of both: about 4 FMA-pipe instructions per score.
+        rows = op.rows or facts.rows_per_op(stage, "softmax")
+        elems = rows * n
+        clocks = max(elems / rates.MUFU_PER_CLK, 4 * elems / rates.FMA_PER_CLK)
+        return clocks / rates.CLOCK_HZ
+    if op.kind in ("load_q", "load_do"):  # re-read by every key block of the head: L2 hits
+        rows = op.rows or facts.rows_per_op(stage, op.kind)
+        return rows * d * facts.ELEM / rates.L2_BYTES_SM
+    if op.kind in BACKWARD_PROLOGUE:  # K and V of the CTA's key block, once, from HBM
+        tensors = {"load_k": 1, "load_v": 1, "load_kv": 2}[op.kind]
+        return tensors * n * d * facts.ELEM / rates.HBM_BYTES_SM
+    if op.kind in BACKWARD_EPILOGUE:  # dK and dV, bf16, once per key block
+        return 2 * n * d * facts.ELEM / rates.HBM_BYTES_SM
     raise ValueError(op.kind)
 
 
@@ -136,9 +192,9 @@ def stream(op: Op) -> str:
 
 def simulate(stage, iterations: int = 4, tiles: int = 1) -> list[Slot]:
     ops = model_ops(stage)
-    loop = [o for o in ops if o.kind not in ONCE]
-    stores = [o for o in ops if o.kind == "store_o"]
-    prologue = [o for o in ops if o.kind == "load_q"]
+    loop = [o for o in ops if o.kind not in once_kinds(stage)]
+    stores = [o for o in ops if o.kind in epilogue_kinds(stage)]
+    prologue = [o for o in ops if o.kind in prologue_kinds(stage)]
     roles = []  # issue streams: a role, plus "<role> copies" for its prefetching copies
     for o in ops:
         if stream(o) not in roles:
@@ -207,7 +263,8 @@ class Prediction:
 
 def predict(stage, iterations: int = 12) -> Prediction:
     """Steady-state time per iteration: spacing of iteration ends deep in a long run."""
-    slots = [s for s in simulate(stage, iterations) if s.op.kind not in ONCE]
+    once = once_kinds(stage)
+    slots = [s for s in simulate(stage, iterations) if s.op.kind not in once]
     ends = {}
     for s in slots:
         ends[s.it] = max(ends.get(s.it, 0.0), s.end)
@@ -215,7 +272,7 @@ def predict(stage, iterations: int = 12) -> Prediction:
     period = (ends[b] - ends[a]) / (b - a)
     busy = {u: 0.0 for u in UNITS if u != "epilogue"}
     for o in model_ops(stage):
-        if o.kind not in ONCE:
+        if o.kind not in once:
             busy[o.unit] += duration(stage, o)
     # Greedy placement can squeeze the last measured iterations; no unit does more than its work.
     period = max(period, max(busy.values()))

@@ -24,6 +24,22 @@ KIND_COLOUR = {"load_k": "k", "load_v": "v", "load_kv": "k", "load_q": "q", "qk"
 LEGEND = (("load_q", "q", "load Q"), ("load_k", "k", "load K"), ("load_kv", "k", "load K+V"),
           ("load_v", "v", "load V"), ("qk", "s", "S = QKᵀ"), ("softmax", "p", "softmax"),
           ("pv", "o", "O += PV"), ("store_o", "o", "store O"))
+# The backward's kinds (Act V): its own colours and legend, so no forward picture changes.
+BACKWARD_COLOUR = {"load_q": "q", "load_do": "o", "load_k": "k", "load_v": "v", "load_kv": "k", "qk": "s",
+                   "dp": "p", "softmax": "accent", "dv": "store", "dk": "consumer2", "dq": "bar",
+                   "store_dkdv": "warp"}
+BACKWARD_LEGEND = (("load_q", "load Q"), ("load_do", "load dO"), ("load_kv", "load K+V"), ("load_k", "load K"),
+                   ("load_v", "load V"), ("qk", "S = QKᵀ"), ("dp", "dP = dO Vᵀ"), ("softmax", "P, dS"),
+                   ("dv", "dV += Pᵀ dO"), ("dk", "dK += dSᵀ Q"), ("dq", "dQ += dS K"), ("store_dkdv", "store dK, dV"))
+
+
+def loop_words(stage) -> dict[str, str]:
+    """What one iteration of the stage's loop is called: a K/V tile's (forward) or a query block's
+    (backward, whose CTA owns a block of keys and walks the query blocks)."""
+    if stage.backward:
+        return {"iterations": "query blocks", "iteration": "query block", "step": "query block",
+                "tile": "key block"}
+    return {"iterations": "KV iterations", "iteration": "KV iteration", "step": "K/V step", "tile": "output tile"}
 
 
 def iterations_for(stage) -> tuple[int, int]:
@@ -78,8 +94,11 @@ def timeline_diagram(stage, stages) -> Diagram:
     """The model's own window (3 iterations of two tiles when persistent, else 4 of one)."""
     win = own_window(stage)
     title = f"Stage {stage.id} pipeline timeline"
-    heading = f"{stage.id} · {stage.title}: {win.steps} KV iterations on one SM"
-    return _draw(stage, win, f"s{stage.id}-timeline", title, heading, win.end - win.start)
+    heading = f"{stage.id} · {stage.title}: {win.steps} {loop_words(stage)['iterations']} on one SM"
+    did = f"b{stage.id}-timeline" if stage.backward else f"s{stage.id}-timeline"
+    if stage.backward:
+        title = f"Backward stage {stage.id} schedule"
+    return _draw(stage, win, did, title, heading, win.end - win.start)
 
 
 def model_window_diagram(stage, win: Window, span_s: float, did: str) -> Diagram:
@@ -98,10 +117,13 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
     pred = schedule.predict(stage)
     scale = (X1 - X0) / span
     unit_name = schedule.UNIT_LABEL
-    desc = (f"Gantt chart of {win.steps} KV iterations"
-            f"{' around an output-tile boundary' if win.boundary is not None else ''} of stage {stage.id} on one "
+    words = loop_words(stage)
+    once_kinds = schedule.once_kinds(stage)
+    desc = (f"Gantt chart of {win.steps} {words['iterations']}"
+            f"{' around an output-tile boundary' if win.boundary is not None else ''} of "
+            f"{'backward ' if stage.backward else ''}stage {stage.id} on one "
             f"H200 SM, one lane per unit, as placed by the schedule model. Predicted {fmt_us(pred.period)} per "
-            f"iteration; bound by {unit_name[pred.bound]}.")
+            f"{'query block' if stage.backward else 'iteration'}; bound by {unit_name[pred.bound]}.")
     top = 44
     lanes_h = len(schedule.UNITS) * (LANE_H + LANE_GAP)
     height = top + lanes_h + 30 + 28 + 24 * 3 + 40
@@ -130,14 +152,14 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
         y = lane_y[s.op.unit]
         a, b = max(s.start, win.start), min(s.end, win.end)
         x, w = xof(a), max(b - a, 0) * scale
-        fill = KIND_COLOUR.get(s.op.kind, "stroke")
+        fill = (BACKWARD_COLOUR if stage.backward else KIND_COLOUR).get(s.op.kind, "stroke")
         bar = c.rect(x, y + 3, w, LANE_H - 6, fill=fill, stroke="bg", sw=1, rx=2,
                      opacity=None if s.it % 2 == 0 else LABEL_OPACITY, parent=g)
         it = s.it % per_tile
-        once = s.op.kind in schedule.ONCE
-        bar.set_desc(title=f"{s.op.name} ({s.op.role}, {s.op.engine}) · output tile {s.tile + 1}"
-                           f"{'' if once else f' · K/V step {it}'} · {(s.start - win.start) * 1e6:.3f} µs, "
-                           f"lasts {(s.end - s.start) * 1e9:.0f} ns")
+        once = s.op.kind in once_kinds
+        step_label = "" if once else f" · {words['step']} {it}"
+        bar.set_desc(title=f"{s.op.name} ({s.op.role}, {s.op.engine}) · {words['tile']} {s.tile + 1}{step_label} · "
+                           f"{(s.start - win.start) * 1e6:.3f} µs, lasts {(s.end - s.start) * 1e9:.0f} ns")
         name = s.op.name if not once or tiles == 1 else f"{s.op.name} t{s.tile + 1}"
         if text_width(f"{name} {it}", 13) > w - 4:
             name = name.replace("softmax", "sm").replace("load_", "")
@@ -162,7 +184,7 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
 
     # Prediction beside the chart: per-unit work per iteration and the bound.
     y = ay + 56
-    c.text(12, y, f"Predicted {fmt_us(pred.period)} per KV iteration (steady state) · bound: "
+    c.text(12, y, f"Predicted {fmt_us(pred.period)} per {words['iteration']} (steady state) · bound: "
                   f"{unit_name[pred.bound]}", size=13, weight="600")
     y += 8
     for i, u in enumerate(u for u in schedule.UNITS if u != "epilogue"):
@@ -174,6 +196,8 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
         c.rect(X0, yy, (X1 - X0 - 300) * min(util, 1.0), 14, fill=schedule_colour(u), stroke=None, rx=2)
         c.text(X1 - 290, yy + 12, f"{fmt_us(busy)} of work per iteration · {util * 100:.0f}% busy", size=13)
     kinds = {s.op.kind for s in slots}
+    if stage.backward:
+        return _backward_end(c, stage, kinds, did, title, height)
     merged: dict[str, list[str]] = {}  # one swatch per colour
     for kind, col, label in LEGEND:
         if kind in kinds:
@@ -185,6 +209,31 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
            f"`after` dependencies allow, one op at a time per unit. Rates: {rates.ASSUMPTIONS}. "
            f"Warps of one role are modelled in lockstep; latencies are not modelled, only throughput. "
            f"Bars alternate shade by iteration; the number in a bar is its KV iteration.")
+    return Diagram(did, title, "timeline", stage.number, c.tostring(), cap, W, height)
+
+
+def _backward_end(c, stage, kinds, did, title, height) -> Diagram:
+    """The backward's legend (its own colours, in rows that fit the width) and caption."""
+    items = [(BACKWARD_COLOUR[k], label) for k, label in BACKWARD_LEGEND if k in kinds]
+    rows, row, x = [], [], 12
+    for key, label in items:
+        w = 13 + 4 + text_width(label, 13) + 16
+        if row and x + w > W - 12:
+            rows.append(row)
+            row, x = [], 12
+        row.append((key, label))
+        x += w
+    rows.append(row)
+    y = height - 12
+    c.height = height = int(height + 22 * (len(rows) - 1))
+    for i, r in enumerate(rows):
+        c.legend(12, y + 22 * i, r, size=13)
+    cap = (f"Placed by the schedule model (site_gen/diagrams/schedule.py) from backward stage {stage.id}'s "
+           "`[[schedule]]`: one query block's ops in program order per role, asynchronous ops issued as their "
+           "`after` dependencies allow, one op at a time per unit; the five GEMMs are 2·block_m·block_n·head_dim "
+           f"FLOP each, Q and dO come from L2, K and V once from HBM. Rates: {rates.ASSUMPTIONS}. "
+           "Not modelled: latencies, the CTA barriers' waits and the dQ atomics' traffic. "
+           "Bars alternate shade by query block; the number in a bar is its query block.")
     return Diagram(did, title, "timeline", stage.number, c.tostring(), cap, W, height)
 
 

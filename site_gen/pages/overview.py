@@ -30,16 +30,28 @@ stage beside its predecessor.{more}
 """
 
 
+BACKWARD = """\
+Act V is the backward pass: the gradients dQ, dK and dV, built the same way, one change per stage,
+from a FlashAttention-2-style baseline. Its pages, at `/backward/NN-slug/` (for example
+[{first}](backward/{first_name}.md)), have the same sections and anchors; their figures show where
+the operands of the five GEMMs live and how dQ is summed over the key blocks. TFLOP/s count the
+backward alone, 2.5 times the forward's FLOPs, against the backwards of FlashAttention-4, cuDNN and
+FlashAttention-2 timed in the same run.
+"""
+
+
 def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: str, compiler_md: str,
                gpu_name: str | None, reading_guide: str | None = None, users_md: str = "",
-               model_md: str = "") -> str:
+               model_md: str = "", backward=(), backward_md: str = "") -> str:
+    act_v = (f" Its backward, [Act V](#backward), is a lineage of {len(backward)} stage"
+             f"{'s' if len(backward) != 1 else ''} of its own.") if backward else ""
     parts = [
         FRONT,
         "# hopattn: attention on Hopper, one change at a time\n",
         GENERATED,
         (f"Forward attention (bf16, head dim 128) for NVIDIA Hopper, built as a lineage of "
          f"{len(stages)} stage{'s' if len(stages) != 1 else ''}: each a complete kernel, each one "
-         "optimization on top of the last. [Real models](models.md) call the last one.\n"),
+         f"optimization on top of the last. [Real models](models.md) call the last one.{act_v}\n"),
         "## The climb {#progression}\n",
     ]
     if chart:
@@ -58,6 +70,11 @@ def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: st
         parts.append("Beyond 4k, 8k and 16k: a single long sequence, short sequences in a large batch, odd lengths, "
                      "few queries over many keys, BSHD input and grouped-query heads, for the stages with the whole "
                      "contract (any length, BSHD, causal) and the reference peers.\n\n" + users_md)
+    if backward:
+        parts.append("## Act V: the backward pass {#backward}\n")
+        parts.append(BACKWARD.format(first=f"Backward {backward[0].id} · {backward[0].title.split(':')[0]}",
+                                     first_name=backward[0].name))
+        parts.append(backward_md)
     if model_md:  # site_gen/benchmark_section/model_vs_measured.py
         parts += ["## The model against the GPU {#model}\n", model_md]
     parts.append("## Where the numbers come from {#environment}\n")

@@ -1,5 +1,9 @@
-"""`python -m hopattn.compiler [STAGES] [--check] [--force] [--jobs N]`: refresh the committed
-compiler facts (needs nvcc, cuobjdump and nvdisasm; no GPU)."""
+"""`python -m hopattn.compiler [STAGES] [--lineage forward|backward|all] [--check] [--force] [--jobs N]`:
+refresh the committed compiler facts (needs nvcc, cuobjdump and nvdisasm; no GPU).
+
+Every lineage by default: the forward (kernels/attention) and the backward (kernels/attention_backward,
+Act V), each into kernels/compiler_facts/<lineage>/. Stage numbers select within each lineage chosen
+(``1`` is the forward's 01 and the backward's 01); a number no chosen lineage has is an error."""
 
 from __future__ import annotations
 
@@ -12,27 +16,52 @@ from ..records import compiler_facts as record
 from . import facts
 
 COMMAND = "python -m hopattn.compiler"
+LINEAGES = {"forward": lineage.ATTENTION_DIR, "backward": lineage.BACKWARD_DIR}
+
+
+def lineage_dirs(which: str) -> list:
+    """The lineage folders ``--lineage`` names that exist (the backward may be absent in a copy)."""
+    names = list(LINEAGES) if which == "all" else [which]
+    return [LINEAGES[n] for n in names if LINEAGES[n].is_dir()]
+
+
+def choose(args: list[str], which: str = "all") -> list[lineage.Stage]:
+    """The stages the arguments select, lineage by lineage (forward first). ValueError naming the
+    number when no chosen lineage has it."""
+    lineages = [lineage.discover(d) for d in lineage_dirs(which)]
+    if not args:
+        return [s for stages in lineages for s in stages]
+    wanted = set(lineage.parse_selection(" ".join(args), sorted({s.number for st in lineages for s in st})))
+    return [s for stages in lineages for s in stages if s.number in wanted]
+
+
+def _label(stage: lineage.Stage) -> str:
+    return stage.name if not stage.backward else f"backward {stage.name}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description="Refresh the committed compiler facts.")
     parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5); default: all")
+    parser.add_argument("--lineage", choices=("all", *LINEAGES), default="all",
+                        help="the lineages: all (default), forward (kernels/attention), backward "
+                             "(kernels/attention_backward)")
     parser.add_argument("--jobs", type=int, default=2, help="stages compiled at once (default 2)")
     parser.add_argument("--force", action="store_true", help="recompute even when the facts are current")
     parser.add_argument("--check", action="store_true", help="only report missing or stale facts")
     args = parser.parse_args(argv)
     try:
-        stages = lineage.select(lineage.discover(), args.stages)
+        stages = choose(args.stages, args.lineage)
     except ValueError as err:
         parser.error(str(err))
     if args.check:
-        bad = [(s.name, p) for s in stages if (p := record.problem(s, record.load(s)))]
+        bad = [(_label(s), p) for s in stages if (p := record.problem(s, record.load(s)))]
         for name, p in bad:
             print(f"  {name}: {p}")
         print(f"{len(stages) - len(bad)} of {len(stages)} stage(s) have current compiler facts")
         return 1 if bad else 0
     start = time.perf_counter()
-    print(f"compiler facts of {len(stages)} stage(s) -> {record.folder_for(lineage.ATTENTION_DIR)}", flush=True)
+    folders = sorted({str(record.folder_for(s.dir.parent)) for s in stages})
+    print(f"compiler facts of {len(stages)} stage(s) -> {', '.join(folders)}", flush=True)
     try:
         status = facts.refresh(stages, jobs=args.jobs, force=args.force, log=lambda m: print(m, flush=True))
     except (build.BuildError, cuda_tools.ToolError) as err:

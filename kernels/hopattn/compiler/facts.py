@@ -116,14 +116,20 @@ def collect(stage: lineage.Stage, tools: dict[str, str] | None = None) -> dict:
                       tools or toolchain(), line_info.disassemble_with_lines(result.library, ARCH))
 
 
+def status_key(stage: lineage.Stage) -> str:
+    """A stage's key in refresh's report: its name, the backward's (Act V) as "backward NN-slug"
+    (the two lineages number alike: both have a 01-baseline)."""
+    return f"backward {stage.name}" if stage.backward else stage.name
+
+
 def refresh(stages: list[lineage.Stage], jobs: int = 2, force: bool = False, log=print) -> dict[str, str]:
-    """Bring every stage's facts file up to date; returns {stage name: 'kept'|'written'|'unchanged'}."""
+    """Bring every stage's facts file up to date; returns {status_key(stage): 'kept'|'written'|'unchanged'}."""
     tools = toolchain()
     todo, status = [], {}
     for stage in stages:
         old = record.load(stage)
         if not force and record.problem(stage, old) is None and old.get("toolchain") == tools:
-            status[stage.name] = "kept"
+            status[status_key(stage)] = "kept"
         else:
             todo.append(stage)
 
@@ -135,6 +141,6 @@ def refresh(stages: list[lineage.Stage], jobs: int = 2, force: bool = False, log
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for stage, changed, seconds in pool.map(one, todo):
-            status[stage.name] = "written" if changed else "unchanged"
-            log(f"  {stage.name}: {status[stage.name]} ({seconds:.1f} s)")
+            status[status_key(stage)] = "written" if changed else "unchanged"
+            log(f"  {status_key(stage)}: {status[status_key(stage)]} ({seconds:.1f} s)")
     return dict(sorted(status.items()))

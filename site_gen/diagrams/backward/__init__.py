@@ -1,0 +1,24 @@
+"""The backward's pictures (Act V), drawn from a backward stage's stage.toml like the forward's:
+
+  operands_diagram   where the operands of the five GEMMs live (global, shared memory, registers)
+  dq_diagram         how the key blocks' shares of dQ are summed: atomics, or the deterministic pass
+  roles_diagram      the warps by role over a few query blocks, with the CTA barriers between them
+  timeline_diagram   the schedule model's placement of a few query blocks (diagrams/timeline.py)
+
+backward_diagrams(stage, stages) returns them in page order; a pure function of the specs.
+"""
+
+from __future__ import annotations
+
+from ..diagram import Diagram
+from ..timeline import timeline_diagram
+from .dq import dq_diagram
+from .operands import operands_diagram
+from .roles import roles_diagram
+
+__all__ = ["backward_diagrams", "dq_diagram", "operands_diagram", "roles_diagram"]
+
+
+def backward_diagrams(stage, stages) -> list[Diagram]:
+    return [operands_diagram(stage, stages), dq_diagram(stage, stages), roles_diagram(stage, stages),
+            timeline_diagram(stage, stages)]

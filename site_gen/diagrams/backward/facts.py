@@ -1,0 +1,208 @@
+"""What the backward's pictures need to know about a stage, derived from its stage.toml (never
+per-stage cases): where each operand of the five GEMMs lives, how it reaches the tensor cores, and
+how dQ is accumulated.
+
+The five GEMMs are the algorithm's (FlashAttention-2's, and every later backward's):
+
+    S  = Q Kᵀ      dP = dO Vᵀ      dV += Pᵀ dO      dK += dSᵀ Q      dQ += dS K
+
+Where their operands live comes from the spec: a shared-memory buffer named after a tensor ("Q",
+"dO", "P", "dS", "sK", "dQ accum", ...) puts it in shared memory; P and dS without a buffer stay in
+the registers the softmax made them in; Q, K, V and dO without a buffer are read from global memory.
+The mechanisms are the spec's: ``[movement]`` (kv_fragments, o_store), the schedule's engines and the
+roles' tasks (e.g. "red.global.add.f32"), folded by ``diagrams.engines.family``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .. import engines
+from .. import facts as forward_facts
+
+ELEM, ACC = 2, 4  # bf16 and fp32 bytes
+NAMES = ("Q", "K", "V", "dO", "P", "dS", "dQ", "dK", "dV", "KV", "LSE")
+_WORDS = {n.lower(): n for n in NAMES}
+_SKIP = {"smem", "tile", "tiles", "buf", "buffer", "ring", "staging", "accum", "acc", "accumulator", "f32", "fp32"}
+COLOUR = {"Q": "q", "K": "k", "V": "v", "KV": "k", "dO": "o", "S": "s", "P": "p", "dP": "p", "dS": "s",
+          "dQ": "bar", "dK": "consumer2", "dV": "store", "LSE": "accent"}
+LEVELS = ("global", "smem", "regs")
+LEVEL_NAME = {"global": "global memory", "smem": "shared memory", "regs": "registers"}
+
+
+@dataclass(frozen=True)
+class Gemm:
+    kind: str  # the schedule kind
+    formula: str  # as the page writes it
+    a: str
+    b: str
+    out: str
+    a_t: bool  # the operand as stored ([rows][head_dim] or [queries][keys], row-major) is transposed
+    b_t: bool  # for the GEMM: ldmatrix reads it with .trans
+    accumulates: bool  # += over the loop (dV, dK) or over the key blocks (dQ)
+
+
+GEMMS = (
+    Gemm("qk", "S = Q Kᵀ", "Q", "K", "S", False, False, False),
+    Gemm("dp", "dP = dO Vᵀ", "dO", "V", "dP", False, False, False),
+    Gemm("dv", "dV += Pᵀ dO", "P", "dO", "dV", True, True, True),
+    Gemm("dk", "dK += dSᵀ Q", "dS", "Q", "dK", True, True, True),
+    Gemm("dq", "dQ += dS K", "dS", "K", "dQ", False, True, True),
+)
+
+
+def buffer_tensor(buf) -> str | None:
+    """Which tensor a shared-memory buffer of a backward stage holds (None: barriers, scratch)."""
+    if buf.layout == "mbarrier":
+        return None
+    for w in (w for w in re.split(r"[^a-z0-9]+", buf.name.lower()) if w and w not in _SKIP):
+        if w in _WORDS:
+            return _WORDS[w]
+        if w.startswith("s") and w[1:] in _WORDS:  # sK, sdO
+            return _WORDS[w[1:]]
+    return None
+
+
+def smem_of(stage, tensor: str) -> list:
+    return [b for b in stage.smem if buffer_tensor(b) == tensor
+            or (buffer_tensor(b) == "KV" and tensor in ("K", "V"))]
+
+
+def text_of(stage) -> str:
+    """The spec's free words: engines, role tasks, the one change and the movement table."""
+    words = [op.engine for op in stage.schedule] + [t for r in stage.roles for t in r.tasks] + [stage.change]
+    mv = stage.movement
+    words += [x for x in (mv.q_load, mv.kv_load, mv.kv_fragments, *(mv.o_store or ())) if x]
+    return " ".join(words).lower()
+
+
+def mma(stage) -> str:
+    fams = {engines.family(op.engine) for op in stage.schedule if op.unit == "tensor"}
+    return "wgmma" if "wgmma" in fams else "mma.sync"
+
+
+def threads_of_gemm(stage, kind: str) -> int:
+    """The threads that run a GEMM (its roles' warps)."""
+    roles = {op.role for op in stage.schedule if op.kind == kind} or {r.name for r in stage.roles}
+    return 32 * sum(len(r.warps) for r in stage.roles if r.name in roles)
+
+
+@dataclass(frozen=True)
+class Place:
+    """One operand or result of a GEMM: where it lives and how it gets there."""
+
+    tensor: str  # "Q", "Pᵀ", ...
+    base: str  # the tensor without its transpose mark
+    level: str  # global | smem | regs
+    how: str  # the mechanism (ldmatrix.trans, wgmma desc., red.global.add.f32, ...)
+    shape: str  # what a box says of its size or lifetime
+
+
+def _fragments(stage) -> str:
+    if stage.movement.kv_fragments:
+        return engines.family(stage.movement.kv_fragments)
+    return "wgmma-desc" if mma(stage) == "wgmma" else "ld.shared"
+
+
+def operand(stage, g: Gemm, which: str) -> Place:
+    """Where operand ``which`` ("a" or "b") of GEMM ``g`` lives and how the tensor cores read it."""
+    name, trans = (g.a, g.a_t) if which == "a" else (g.b, g.b_t)
+    shown = name + ("ᵀ" if (which == "a" and g.a_t) or (which == "b" and name in ("K", "V") and not g.b_t) else "")
+    bufs = smem_of(stage, name)
+    frag = _fragments(stage)
+    if bufs:
+        b = bufs[0]
+        dims = "×".join(str(s) for s in b.shape)
+        if mma(stage) == "wgmma":
+            how = "wgmma desc., " + ("MN-major" if trans else "K-major")
+        elif frag == "ldmatrix":
+            how = "ldmatrix.trans" if trans else "ldmatrix"
+        else:
+            how = engines.LABEL.get(frag, frag)
+        return Place(shown, name, "smem", how, f"{dims} {b.dtype}")
+    if name in ("P", "dS"):  # made by the softmax in registers, and used there
+        return Place(shown, name, "regs", "A in registers" if which == "a" else "in registers", "bf16 fragments")
+    load = stage.movement.q_load if name in ("Q", "dO") else stage.movement.kv_load
+    return Place(shown, name, "global", engines.family(load or "ld.global"), "read by every warp")
+
+
+def result(stage, g: Gemm) -> Place:
+    """Where the GEMM's result goes: S and dP stay in registers for the step; dK and dV accumulate in
+    registers over the whole loop; dQ goes where the dQ path says (dq_path)."""
+    threads = threads_of_gemm(stage, g.kind) or stage.threads
+    m, n, d = stage.block_m, stage.block_n, stage.head_dim
+    if g.out in ("S", "dP"):
+        return Place(g.out, g.out, "regs", "per query block", f"{m * n // threads} fp32 / thread")
+    if g.out in ("dK", "dV"):
+        store = forward_facts.o_path(stage)
+        return Place(g.out, g.out, "regs", "kept: whole kernel", f"{n * d // threads} fp32 / thread" +
+                     ("" if len(store) == 1 else ", staged"))
+    path = dq_path(stage)
+    if path.atomic:
+        return Place("dQ", "dQ", "smem" if path.staged else "global", path.mechanism, "fp32 sum")
+    return Place("dQ", "dQ", "regs", "kept: whole pass", f"{m * d // threads} fp32 / thread")
+
+
+@dataclass(frozen=True)
+class DqPath:
+    """How the key blocks' shares of dQ are summed."""
+
+    atomic: bool  # into an fp32 accumulator in global memory, in arrival order
+    mechanism: str  # red.global.add.f32, red.global.add.v4.f32, atomicAdd, TMA reduce-add, or "registers"
+    staged: bool  # through a dQ buffer in shared memory first
+    per_cta: int  # floats added per CTA per query block (block_m × head_dim)
+    per_thread: int  # floats added per thread per query block
+    deterministic: str | None  # how the deterministic mode sums instead ("second pass", "ordered"), None: none
+    vector: int = 1  # floats per instruction (red.global.add.v4.f32: 4)
+
+    @property
+    def instructions(self) -> int:
+        """Reduction instructions per thread per query block."""
+        return self.per_thread // self.vector
+
+    @property
+    def adds_label(self) -> str:
+        """"64 per thread", or "64 floats per thread in 16 instructions" for a vector reduction."""
+        if self.vector == 1:
+            return f"{self.per_thread} per thread"
+        return f"{self.per_thread} floats per thread in {self.instructions} instructions"
+
+
+def dq_path(stage) -> DqPath:
+    text = text_of(stage)
+    m, d = stage.block_m, stage.head_dim
+    threads = threads_of_gemm(stage, "dq") or stage.threads
+    red = re.search(r"red\.global\.add(?:\.v(\d))?\.f32", text)
+    if "cp.reduce.async.bulk" in text or "reduce-add" in text:
+        mech = "TMA reduce-add"
+    elif red:
+        mech = red.group(0)
+    elif "atomic" in text:
+        mech = "atomicAdd (fp32)"
+    else:
+        mech = "registers"
+    how = None
+    if stage.deterministic:
+        how = "ordered" if re.search(r"\border(ed)?\b.*\b(semaphore|lock|turn)", text) else "second pass"
+    vector = int(red.group(1)) if red and red.group(1) and mech == red.group(0) else 1
+    return DqPath(mech != "registers", mech, bool(smem_of(stage, "dQ")), m * d, m * d // threads, how, vector)
+
+
+def gemm_flops(stage) -> int:
+    """FLOP of each of the five GEMMs for one query block against the CTA's keys."""
+    return 2 * stage.block_m * stage.block_n * stage.head_dim
+
+
+def loads(stage) -> list[tuple[str, str, str, str]]:
+    """(tensors, level, mechanism, how often) of the tiles that come into the CTA: Q and dO every
+    query block, K and V once."""
+    out = []
+    for names, mech, when in ((("Q", "dO"), stage.movement.q_load, "every query block"),
+                              (("K", "V"), stage.movement.kv_load, "once per CTA")):
+        level = "smem" if all(smem_of(stage, x) for x in names) else "regs"
+        fam = engines.family(mech or next((op.engine for op in stage.schedule if op.kind in
+                                           ("load_q", "load_do", "load_k", "load_v", "load_kv")), "ld.global"))
+        label = "ld.global, st.shared" if fam == "ld.global" and level == "smem" else engines.LABEL.get(fam, fam)
+        out.append((", ".join(names), level, label, when))
+    return out

@@ -1,0 +1,325 @@
+"""The backward's warp roles: the CTA's warps by role, then one lane per role over a few query
+blocks in logical time (each op one step, a role issuing in program order, an asynchronous op
+letting its role go on), the hand-offs between roles as arrows, and, where the warps share tiles
+through shared memory without mbarriers, the CTA barriers every warp meets at.
+
+The data is protocol(stage), from the spec's [[roles]], [[schedule]] and [[smem]]; the K/V load of
+the prologue and the dK/dV store of the epilogue are drawn once (implicit when the schedule has
+none: the roles' tasks say "once"). Whose rows a warp owns changes inside the step: S, dP, P/dS and
+dQ are the warp's query rows, dV and dK its keys; the figure says so under the lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import engines
+from ..diagram import Diagram
+from ..protocol import lanes as forward_lanes
+from ..svg import Canvas, text_width, wrap
+from ..timeline import BACKWARD_COLOUR
+from . import facts
+
+W = 860
+LEFT = 168
+X0, X1 = LEFT + 8, W - 14
+TRACK_H, TRACK_GAP = 26, 4
+BLOCKS = 2  # query blocks drawn
+TRACKS = {"copy": "copies", "tensor": "tensor cores", "softmax": "softmax, epilogue"}
+SHORT = {"load_q": "Q", "load_do": "dO", "load_k": "K", "load_v": "V", "load_kv": "K V", "qk": "S", "dp": "dP",
+         "softmax": "P dS", "dv": "dV", "dk": "dK", "dq": "dQ", "store_dkdv": "dK dV"}
+LOADS = ("load_q", "load_do", "load_k", "load_v", "load_kv")
+PER_CTA = ("load_k", "load_v", "load_kv", "store_dkdv")
+
+
+@dataclass(frozen=True)
+class Event:
+    lane: str
+    track: str
+    kind: str
+    label: str
+    block: int  # query block (-1: once per CTA)
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Sync:
+    time: int
+    label: str
+
+
+@dataclass
+class Protocol:
+    lanes: list
+    events: list[Event]
+    handoffs: list[tuple[Event, Event]]
+    syncs: list[Sync]
+    notes: list[str]
+
+    @property
+    def steps(self) -> int:
+        return max(e.end for e in self.events)
+
+
+def _track(kind: str) -> str:
+    if kind in LOADS:
+        return "copy"
+    if kind in ("store_dkdv", "softmax"):
+        return "softmax"
+    return "tensor"
+
+
+def _parse(dep: str) -> tuple[str, int]:
+    for prefix, back in (("prev2.", 2), ("prev.", 1)):
+        if dep.startswith(prefix):
+            return dep[len(prefix):], back
+    return dep, 0
+
+
+def protocol(stage, blocks: int = BLOCKS) -> Protocol:
+    lane_list = forward_lanes(stage)
+    roles = [ln.role for ln in lane_list]
+    by_name = {o.op: o for o in stage.schedule}
+    loop = [o for o in stage.schedule if o.kind not in PER_CTA]
+    loader = next((o.role for o in stage.schedule if o.kind in LOADS), roles[0])
+    events: dict[tuple[str, int], Event] = {}
+    cursor = {r: 0 for r in roles}
+    busy: dict[tuple[str, str], int] = {}
+    # The prologue: K and V of the CTA's key block, once.
+    pro = [o for o in stage.schedule if o.kind in ("load_k", "load_v", "load_kv")]
+    t = 0
+    for o in pro or [None]:
+        kind = o.kind if o else "load_kv"
+        role = o.role if o else loader
+        events[(o.op if o else "_kv", -1)] = Event(role, "copy", kind, SHORT[kind], -1, t, t + 1)
+        t += 1
+    for r in roles:
+        cursor[r] = t if r == loader else cursor[r]
+    kv_done = t
+    barriers = not any(b.layout == "mbarrier" for b in stage.smem) and len(lane_list) == 1
+    # The loop, block by block, each op one step.
+    for it in range(blocks):
+        for o in loop:
+            deps = []
+            for dep in o.after:
+                name, back = _parse(dep)
+                if (name, it - back) in events:
+                    deps.append(events[(name, it - back)])
+            start = max([cursor[o.role], busy.get((o.role, _track(o.kind)), 0)] + [e.end for e in deps])
+            if o.kind in ("qk", "dp", "dv", "dk", "dq") and it == 0:
+                start = max(start, kv_done)
+            if barriers and o.kind not in LOADS and any(e.kind in LOADS for e in deps):
+                # a CTA barrier: every warp's loads of this block have landed
+                start = max([start] + [e.end for (n2, i2), e in events.items() if i2 == it and e.kind in LOADS])
+            e = Event(o.role, _track(o.kind), o.kind, SHORT[o.kind], it, start, start + 1)
+            events[(o.op, it)] = e
+            busy[(o.role, e.track)] = e.end
+            cursor[o.role] = start if engines.is_async(o.engine) else e.end
+    # The epilogue: dK and dV, once, after the role's last dK/dV.
+    stores = [o for o in stage.schedule if o.kind == "store_dkdv"]
+    grads = [e for e in events.values() if e.kind in ("dk", "dv")]
+    owners = [o.role for o in stores] or sorted({e.lane for e in grads}, key=roles.index) or [roles[-1]]
+    for role in owners:
+        last = max([e.end for e in grads if e.lane == role] or [max(e.end for e in events.values())])
+        events[(f"_store_{role}", -1)] = Event(role, "softmax", "store_dkdv", SHORT["store_dkdv"], -1, last, last + 2)
+
+    handoffs = []
+    for (name, it), e in events.items():
+        if name.startswith("_") or name not in by_name:
+            continue
+        for dep in by_name[name].after:
+            dname, back = _parse(dep)
+            src = events.get((dname, it - back))
+            if src is not None and src.lane != e.lane:
+                handoffs.append((src, e))
+    handoffs.sort(key=lambda p: (p[1].start, p[0].start, p[0].lane))
+
+    syncs = _syncs(stage, events, by_name, blocks) if barriers else []
+    notes = []
+    gemm_warps = len(lane_list[0].warps) if len(lane_list) == 1 else 0
+    if gemm_warps:
+        notes.append(f"S, dP, P and dS, and dQ: each warp its {stage.block_m // gemm_warps} query rows; dV and dK: "
+                     f"each warp its {stage.block_n // gemm_warps} keys, reading P, dS, dO and Q transposed "
+                     "(the barrier between is where the point of view changes)")
+    path = facts.dq_path(stage)
+    if path.atomic:
+        notes.append(f"dQ: each warp adds its rows into the fp32 accumulator by {path.mechanism} "
+                     f"({path.adds_label}), without waiting for anyone")
+    if stage.gqa:
+        notes.append("The loop runs over the query blocks of every query head of the CTA's K/V head")
+    return Protocol(lane_list, sorted(events.values(), key=lambda e: (e.start, roles.index(e.lane), e.track)),
+                    handoffs, syncs, notes)
+
+
+def _syncs(stage, events, by_name, blocks) -> list[Sync]:
+    """Where every warp meets (one role, no mbarriers): before the first reader of the tiles the warps
+    loaded together into shared memory, before the first reader of P and dS when they go through
+    shared memory, and before a load that overwrites tiles the previous step read."""
+    shared_p = bool(facts.smem_of(stage, "P") or facts.smem_of(stage, "dS"))
+    out: dict[int, str] = {}
+    for it in range(blocks):
+        mine = sorted(((by_name[n], e) for (n, i), e in events.items() if i == it and n in by_name),
+                      key=lambda oe: oe[1].start)
+        loaded = [o.kind for o, _e in mine if o.kind in LOADS]
+        seen_loads = seen_p = seen_free = False
+        for o, e in mine:
+            kinds = {by_name[_parse(d)[0]].kind for d in o.after if _parse(d)[0] in by_name}
+            if o.kind in LOADS:
+                if it > 0 and any(_parse(d)[1] > 0 for d in o.after) and not seen_free:
+                    seen_free = True
+                    out.setdefault(e.start, "bar.sync: the tiles are free again")
+            elif kinds & set(LOADS) and not seen_loads:
+                seen_loads = True
+                out.setdefault(e.start, f"bar.sync: {', '.join(SHORT[k] for k in loaded)} in shared memory")
+            elif "softmax" in kinds and shared_p and not seen_p:
+                seen_p = True
+                out.setdefault(e.start, "bar.sync: P, dS in shared memory")
+    return [Sync(t, out[t]) for t in sorted(out)]
+
+
+def signature(p: Protocol) -> str:
+    return repr(([(ln.role, ln.label, ln.warps, ln.registers) for ln in p.lanes],
+                 [(e.lane, e.track, e.kind, e.block, e.start, e.end) for e in p.events],
+                 [(a.kind, b.kind, b.start) for a, b in p.handoffs], [(s.time, s.label) for s in p.syncs], p.notes))
+
+
+def _ranges(ws) -> str:
+    ws = sorted(ws)
+    return f"{ws[0]}–{ws[-1]}" if len(ws) > 1 and ws[-1] - ws[0] == len(ws) - 1 else ", ".join(map(str, ws))
+
+
+def roles_diagram(stage, stages) -> Diagram:
+    p = protocol(stage)
+    did = f"b{stage.id}-roles"
+    prev = next((s for s in stages if s.number == stage.number - 1), None)
+    lanes = p.lanes
+    tracks = {ln.role: [t for t in TRACKS if any(e.lane == ln.role and e.track == t for e in p.events)]
+              for ln in lanes}
+    y_warps = 48
+    y_proto = y_warps + 32 + 44 + 12
+    lane_h = {ln.role: len(tracks[ln.role]) * (TRACK_H + TRACK_GAP) + 10 for ln in lanes}
+    top_of, y = {}, y_proto + 40
+    for ln in lanes:
+        top_of[ln.role] = y
+        y += max(lane_h[ln.role], 62) + 8
+    y_bottom = y
+    title = f"Backward stage {stage.id} warp roles"
+    desc = (f"The {stage.threads} threads of a backward stage {stage.id} CTA ({stage.warps} warps) by role ("
+            + "; ".join(f"{ln.label}: warps {_ranges(ln.warps)}" for ln in lanes)
+            + f"), then {BLOCKS} query blocks of its loop in logical time: which role loads which tile and runs "
+            f"which of the five GEMMs, and the {len(p.syncs)} CTA barriers of a block.")
+    c = Canvas(did, W, 900, title, desc)
+    c.heading(f"{stage.id} · backward", ": who does what, one query block after another")
+    c.text(12, y_warps + 17, f"CTA · {stage.threads} threads", size=12, weight="600")
+    colour = {ln.role: ln.colour for ln in lanes}
+    role_of = {w: ln.role for ln in lanes for w in ln.warps}
+    bw = (X1 - X0) / stage.warps
+    for w in range(stage.warps):
+        x = X0 + w * bw
+        c.rect(x + 1, y_warps, bw - 2, 26, fill=colour[role_of[w]], stroke=colour[role_of[w]], opacity=0.28,
+               rx=3, cls="hd-warp")
+        c.text(x + bw / 2, y_warps + 17, f"warp {w}", size=12 if bw > 52 else 11, anchor="middle")
+    yb = y_warps + 32
+    for ln in lanes:
+        xs = [X0 + w * bw for w in ln.warps]
+        x0, x1 = min(xs) + 2, max(xs) + bw - 2
+        c.path([(x0, yb), (x0, yb + 5), (x1, yb + 5), (x1, yb)], stroke=colour[ln.role], sw=1.5)
+        regs = f"setmaxnreg {ln.registers}" if ln.registers else "compiler-chosen registers"
+        label = f"{ln.label} · {ln.threads} threads · {regs}"
+        if text_width(label, 12) > x1 - x0:
+            label = f"{ln.label} · {ln.threads} threads"
+        c.text((x0 + x1) / 2, yb + 20, label, size=12, anchor="middle")
+
+    steps = p.steps
+    step = (X1 - X0) / steps
+
+    def tx(t):
+        return X0 + t * step
+
+    c.text(12, y_proto + 6, f"{BLOCKS} query blocks", size=12, weight="600")
+    c.text(X1, y_proto + 6, "logical steps, in order (the schedule below is to scale)", size=12, anchor="end",
+           fill="muted")
+    box_at = {}
+    for ln in lanes:
+        top, h = top_of[ln.role], max(lane_h[ln.role], 62)
+        c.rect(X0 - 4, top, X1 - X0 + 8, h, fill="panel", stroke="grid", rx=4)
+        c.rect(8, top, 6, h, fill=ln.colour, stroke=None, rx=2)
+        c.text(20, top + 17, ln.label, size=13, weight="700")
+        c.text(20, top + 34, f"warps {_ranges(ln.warps)}", size=12, fill="muted")
+        c.text(20, top + 50, f"{ln.threads} threads", size=12, fill="muted")
+        for ti, tr in enumerate(tracks[ln.role]):
+            ty = top + 5 + ti * (TRACK_H + TRACK_GAP)
+            for e in [e for e in p.events if e.lane == ln.role and e.track == tr]:
+                box_at[id(e)] = (tx(e.start) + 1, ty, tx(e.end) - tx(e.start) - 2, TRACK_H)
+    # Query blocks: a band label over each block's steps.
+    for b in range(BLOCKS):
+        mine = [e for e in p.events if e.block == b]
+        x0, x1 = tx(min(e.start for e in mine)), tx(max(e.end for e in mine))
+        c.path([(x0 + 1, y_proto + 36), (x0 + 1, y_proto + 31), (x1 - 1, y_proto + 31), (x1 - 1, y_proto + 36)],
+               stroke="muted", sw=1)
+        c.text((x0 + x1) / 2, y_proto + 27, f"query block {b}", size=12, anchor="middle", fill="muted")
+    for src, dst in p.handoffs:
+        a, b = box_at[id(src)], box_at[id(dst)]
+        c.line(a[0] + a[2] / 2, a[1] + a[3], b[0] + 5, b[1] - 2, stroke="fg", sw=1.2, arrow=True)
+    for e in p.events:
+        x, ty, w, th = box_at[id(e)]
+        fill = BACKWARD_COLOUR.get(e.kind, "warp")
+        c.rect(x, ty, w, th, fill=fill, stroke="bg", opacity=0.95, rx=3, sw=0.8)
+        for label in (f"{e.label} {e.block}" if e.block >= 0 else e.label, e.label):
+            if text_width(label, 12, bold=True) <= w - 6:
+                c.text(x + w / 2, ty + th / 2 + 4.5, label, size=12, anchor="middle", fill="bg", weight="600")
+                break
+    labelled = []
+    for s in p.syncs:
+        x = tx(s.time) - 0.5
+        c.line(x, y_proto + 38, x, y_bottom - 6, stroke="bar", sw=1.6, dash="6 3")
+        if s.label not in labelled:
+            labelled.append(s.label)
+    # Legend: the colours, then the barriers and hand-offs.
+    y = y_bottom + 22
+    kinds = []
+    for e in p.events:
+        if e.kind not in kinds:
+            kinds.append(e.kind)
+    x = 12
+    from ..timeline import BACKWARD_LEGEND
+
+    for k, label in BACKWARD_LEGEND:
+        if k not in kinds:
+            continue
+        wid = 17 + text_width(label, 12) + 16
+        if x + wid > W - 12:
+            x, y = 12, y + 20
+        c.rect(x, y - 11, 12, 12, fill=BACKWARD_COLOUR[k], stroke=None, rx=2)
+        c.text(x + 17, y, label, size=12, fill="muted")
+        x += wid
+    y += 26
+    if labelled:
+        c.line(12, y - 4, 42, y - 4, stroke="bar", sw=1.6, dash="6 3")
+        c.text(50, y, "CTA barrier (__syncthreads): every warp waits here; in order within a block:", size=12,
+               fill="muted")
+        for label in dict.fromkeys(s.label.split(": ", 1)[1] for s in p.syncs):
+            y += 18
+            c.text(50, y, f"· {label}", size=12)
+        y += 24
+    if p.handoffs:
+        c.line(12, y - 4, 42, y - 4, stroke="fg", sw=1.2, arrow=True)
+        c.text(50, y, "hand-off: a role waits for another's op", size=12, fill="muted")
+        y += 24
+    for note in p.notes:
+        for line in wrap(note + ".", W - 24, 12):
+            c.text(12, y, line, size=12)
+            y += 18
+        y += 2
+    c.height = height = int(y + 6)
+    if prev is None:
+        cap = (f"{lanes[0].label.capitalize() if len(lanes) == 1 else 'The roles'} of backward stage {stage.id} over "
+               f"{BLOCKS} query blocks of the loop: K and V once, then per block the loads, the five GEMMs and the "
+               f"softmax step between them{', and the CTA barriers where the warps hand tiles to each other' if p.syncs else ''}.")
+    else:
+        old = protocol(prev)
+        cap = (f"The roles and their hand-offs are those of backward stage {prev.id}." if signature(old) == signature(p)
+               else f"Since backward stage {prev.id}: roles " + ", ".join(f"{ln.label} ({len(ln.warps)} warps)"
+                                                                         for ln in lanes) + ".")
+    return Diagram(did, title, "roles", stage.number, c.tostring(), cap, W, height, signature(p))
