@@ -71,8 +71,20 @@ def make_results(dest: Path, root: Path) -> None:
     results.dump_results(data, dest / "nvidia-h200.json")
 
 
+def copy_backward(dest: Path) -> None:
+    """The backward lineage as it is (Act V: the hand-written pages link its pages), its stages that
+    are complete."""
+    src = lineage.BACKWARD_DIR
+    if not src.is_dir():
+        return
+    for folder in sorted(src.iterdir()):
+        if folder.name == "common" or (folder / "notes.md").is_file():
+            shutil.copytree(folder, dest / folder.name)
+
+
 def make_tree(root: Path, count: int) -> list[str]:
     names = make_lineage(root / "kernels" / "attention", count)
+    copy_backward(root / "kernels" / lineage.BACKWARD_DIR.name)
     make_results(root / "bench" / "results", root)
     shutil.copytree(REPO / "docs", root / "docs")
     config = (REPO / "mkdocs.yml").read_text().replace("  - site_gen/hook.py", f"  - {REPO / 'site_gen' / 'hook.py'}")
