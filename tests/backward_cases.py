@@ -9,7 +9,8 @@ FlashAttention-style backward does it: P and dS rounded to bf16 where they enter
 the forward's bf16 output (``reference_grads(..., like_kernel=True)``). Its largest error against
 float64, e32, is what that algorithm costs on these inputs; the kernel may be off by twice it, plus
 the rounding of its own bf16 output (2^-8 of the largest gradient), the rounding of the sums that
-cancel in dP − D (SUM_ROUNDING) and fp32's smallest normal. A shape-fuzz case also checks the
+cancel in dP − D (SUM_ROUNDING), and fp32's smallest normal times what an input flushed to 0 can
+carry. A shape-fuzz case also checks the
 gradients' relative error overall (below 2 %), which a wrong tile would break even where the
 element bound is wide.
 """
@@ -41,7 +42,9 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
     kernels compute them. Rows that see no key have P = 0. Computed a (batch, head) and a chunk of
     query rows at a time. cancellation: also (Cq, Ck), what dq and dk would be with every term of
     dS = P ∘ (dP − D) taken by its size, P ∘ (|dP| + |D|): where dP and D cancel (a row whose
-    probability sits on one key), the rounding of the sums behind them is a fraction of these."""
+    probability sits on one key), the rounding of the sums behind them is a fraction of these; and
+    (Fq, Fk), the same sizes summed over a row of dS (for dq) or a column (for dk), times the scale:
+    what a q or k entry below fp32's smallest normal, flushed to 0 by the tensor cores, can cost."""
     batch, heads, len_q, dim = q.shape
     kv_heads, len_k = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -49,8 +52,10 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
     dk = torch.zeros(k.shape, dtype=dtype, device=q.device)
     dv = torch.zeros(v.shape, dtype=dtype, device=q.device)
     cq, ck = torch.zeros_like(dq), torch.zeros_like(dk)
+    fq = torch.zeros(q.shape[:3], dtype=dtype, device=q.device)
+    fk = torch.zeros(k.shape[:3], dtype=dtype, device=q.device)
     if len_q == 0 or len_k == 0:
-        return (dq, dk, dv, cq, ck) if cancellation else (dq, dk, dv)
+        return (dq, dk, dv, cq, ck, fq, fk) if cancellation else (dq, dk, dv)
     keys = torch.arange(len_k, device=q.device)
     rows = max(1, REFERENCE_BYTES // (torch.finfo(dtype).bits // 8 * len_k * 4))
 
@@ -86,7 +91,9 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
                     size = p * (dp.abs() + d.abs())
                     cq[b, h, r0:r1] = (size @ kk.abs()) * scale
                     ck[b, kh] += (size.T @ qq.abs()) * scale
-    return (dq, dk, dv, cq, ck) if cancellation else (dq, dk, dv)
+                    fq[b, h, r0:r1] = size.sum(-1) * scale
+                    fk[b, kh] += size.sum(0) * scale
+    return (dq, dk, dv, cq, ck, fq, fk) if cancellation else (dq, dk, dv)
 
 
 def _inputs(case: dict, seed: int):
@@ -110,21 +117,26 @@ def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool
     on one key, the rounding of those sums is all that is left) + fp32's smallest normal. relative:
     also the overall relative error below MAX_REL_ERR (meaningless where the gradient is only what
     cancellation leaves, as in the numeric extremes). Returns the errors and bounds."""
-    *exact, cq, ck = reference_grads(q, k, v, dout, causal=causal, scale=scale, dlse=dlse, cancellation=True)
+    *exact, cq, ck, fq, fk = reference_grads(q, k, v, dout, causal=causal, scale=scale, dlse=dlse,
+                                             cancellation=True)
     alg = reference_grads(q, k, v, dout, causal=causal, scale=scale, dtype=torch.float32, dlse=dlse, out=out,
                           like_kernel=True)
     sizes = (cq, ck, None)
+    flushes = (fq.abs().max().item() if fq.numel() else 0.0, fk.abs().max().item() if fk.numel() else 0.0, 1.0)
     result = {}
-    for name, g, g64, g32, size in zip(NAMES, got, exact, alg, sizes):
+    for name, g, g64, g32, size, flush in zip(NAMES, got, exact, alg, sizes, flushes):
         assert not g.isnan().any(), f"{name}: {int(g.isnan().sum())} elements unwritten or NaN"
         if g.numel() == 0:
             continue
         e32 = (g32.double() - g64).abs().max().item()
         top = g64.abs().max().item()
         cancel = 0.0 if size is None else size.abs().max().item()
-        bound = 2 * e32 + 2.0 ** -8 * top + SUM_ROUNDING * cancel + SMALLEST_NORMAL
+        bound = 2 * e32 + 2.0 ** -8 * top + SUM_ROUNDING * cancel + SMALLEST_NORMAL * flush
         err = (g.double() - g64).abs().max().item()
-        rel = ((g.double() - g64).norm() / g64.norm().clamp_min(1e-300)).item()
+        # Relative to the gradient, or where it is all cancellation (a row that sees one key), to the
+        # rounding that cancellation leaves.
+        scale_of = g64.norm() + (0.0 if size is None else 2.0 ** -10 * size.norm())
+        rel = ((g.double() - g64).norm() / scale_of.clamp_min(1e-300)).item()
         assert err <= bound, (f"{name}: largest error {err:.3g} against float64 above the float32-derived bound "
                               f"{bound:.3g} (float32's own error {e32:.3g}, largest |{name}| {top:.3g}, largest "
                               f"cancellation size {cancel:.3g})")
