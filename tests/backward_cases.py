@@ -43,8 +43,8 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
     query rows at a time. cancellation: also (Cq, Ck), what dq and dk would be with every term of
     dS = P ∘ (dP − D) taken by its size, P ∘ (|dP| + |D|): where dP and D cancel (a row whose
     probability sits on one key), the rounding of the sums behind them is a fraction of these; and
-    (Fq, Fk), the same sizes summed over a row of dS (for dq) or a column (for dk), times the scale:
-    what a q or k entry below fp32's smallest normal, flushed to 0 by the tensor cores, can cost."""
+    (Fq, Fk), what a value below fp32's smallest normal, flushed to 0 by the tensor cores or the
+    FTZ arithmetic, can move an element of dq or dk by, in units of 2^-126."""
     batch, heads, len_q, dim = q.shape
     kv_heads, len_k = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -91,8 +91,12 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
                     size = p * (dp.abs() + d.abs())
                     cq[b, h, r0:r1] = (size @ kk.abs()) * scale
                     ck[b, kh] += (size.T @ qq.abs()) * scale
-                    fq[b, h, r0:r1] = size.sum(-1) * scale
-                    fk[b, kh] += size.sum(0) * scale
+                    # An entry of v, O or a product below fp32's smallest normal, flushed to 0 in dP
+                    # or D, moves dS by at most P · |dO|₁ · 2^-126; a flushed q or k entry moves dq or
+                    # dk by |dS| · 2^-126: the reach of either, per element of dq and dk.
+                    reach = p * do.abs().sum(-1, keepdim=True)
+                    fq[b, h, r0:r1] = (size.sum(-1) + (reach @ kk.abs()).amax(-1)) * scale
+                    fk[b, kh] += (size.sum(0) + (reach.T @ qq.abs()).amax(-1)) * scale
     return (dq, dk, dv, cq, ck, fq, fk) if cancellation else (dq, dk, dv)
 
 
@@ -131,11 +135,11 @@ def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool
         e32 = (g32.double() - g64).abs().max().item()
         top = g64.abs().max().item()
         cancel = 0.0 if size is None else size.abs().max().item()
-        bound = 2 * e32 + 2.0 ** -8 * top + SUM_ROUNDING * cancel + SMALLEST_NORMAL * flush
+        bound = 2 * e32 + 2.0 ** -8 * top + SUM_ROUNDING * cancel + SMALLEST_NORMAL * (1.0 + 2.0 * flush)
         err = (g.double() - g64).abs().max().item()
         # Relative to the gradient, or where it is all cancellation (a row that sees one key), to the
         # rounding that cancellation leaves.
-        scale_of = g64.norm() + (0.0 if size is None else 2.0 ** -10 * size.norm())
+        scale_of = g64.norm() + (0.0 if size is None else 2.0 ** -8 * size.norm())
         rel = ((g.double() - g64).norm() / scale_of.clamp_min(1e-300)).item()
         assert err <= bound, (f"{name}: largest error {err:.3g} against float64 above the float32-derived bound "
                               f"{bound:.3g} (float32's own error {e32:.3g}, largest |{name}| {top:.3g}, largest "
