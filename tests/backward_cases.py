@@ -41,8 +41,9 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
     to bf16 before the GEMMs they feed, and D = rowsum(dout ∘ out) from the given bf16 out, as the
     kernels compute them. Rows that see no key have P = 0. Computed a (batch, head) and a chunk of
     query rows at a time. cancellation: also (Cq, Ck), what dq and dk would be with every term of
-    dS = P ∘ (dP − D) taken by its size, P ∘ (|dP| + |D|): where dP and D cancel (a row whose
-    probability sits on one key), the rounding of the sums behind them is a fraction of these; and
+    dS = P ∘ (dP − D) taken by the size of the sums behind it, P ∘ (|dO| |v|ᵀ + Σ |dO| ∘ P|v|):
+    where dP and D cancel (a row whose probability sits on one key), the rounding of those sums —
+    and the forward's rounding of O to bf16, which D is taken from — is a fraction of these; and
     (Fq, Fk), what a value below fp32's smallest normal, flushed to 0 by the tensor cores or the
     FTZ arithmetic, can move an element of dq or dk by, in units of 2^-126."""
     batch, heads, len_q, dim = q.shape
@@ -88,7 +89,10 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
                 dk[b, kh] += (dsr.T @ qq) * scale
                 dq[b, h, r0:r1] = (dsr @ kk) * scale
                 if cancellation:
-                    size = p * (dp.abs() + d.abs())
+                    # The sizes behind dP (the products dO·v) and behind D (dO·O, O itself a sum
+                    # over P v, and rounded to bf16 by the forward before D is taken from it).
+                    behind_d = (do.abs() * (p @ vv.abs())).sum(-1, keepdim=True)
+                    size = p * ((do.abs() @ vv.abs().T) + behind_d)
                     cq[b, h, r0:r1] = (size @ kk.abs()) * scale
                     ck[b, kh] += (size.T @ qq.abs()) * scale
                     # An entry of v, O or a product below fp32's smallest normal, flushed to 0 in dP
@@ -137,8 +141,8 @@ def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool
         cancel = 0.0 if size is None else size.abs().max().item()
         bound = 2 * e32 + 2.0 ** -8 * top + SUM_ROUNDING * cancel + SMALLEST_NORMAL * (1.0 + 2.0 * flush)
         err = (g.double() - g64).abs().max().item()
-        # Relative to the gradient, or where it is all cancellation (a row that sees one key), to the
-        # rounding that cancellation leaves.
+        # Relative to the gradient, or where it is all cancellation (a row that sees one or two
+        # keys), to what the bf16 rounding of O (2^-9 of it, in D) leaves: 2^-8 of the sizes.
         scale_of = g64.norm() + (0.0 if size is None else 2.0 ** -8 * size.norm())
         rel = ((g.double() - g64).norm() / scale_of.clamp_min(1e-300)).item()
         assert err <= bound, (f"{name}: largest error {err:.3g} against float64 above the float32-derived bound "
