@@ -95,8 +95,8 @@ def _strides_ok(t: torch.Tensor) -> bool:
     return all(t.shape[a] <= 1 or (t.stride(a) > 0 and t.stride(a) % 8 == 0) for a in range(3))
 
 
-def _readable(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """t as the kernel can read it: itself, or a copy in the layout's order (same values)."""
+def _readable(t: torch.Tensor) -> torch.Tensor:
+    """t as the kernel can read it: itself, or a contiguous copy (same values, same layout)."""
     if t.stride(3) == 1 and _strides_ok(t) and t.data_ptr() % contract.ALIGN_BYTES == 0:
         return t
     return t.contiguous()
@@ -112,7 +112,7 @@ def _run(call: contract.Call, dout, q, k, v, out, lse, dlse, deterministic: bool
         return dq, dk, dv
     if call.len_q == 0 or call.len_k == 0:  # no score at all: every gradient is 0
         return dq.zero_(), dk.zero_(), dv.zero_()
-    dout = _readable(dout, call.layout)
+    dout = _readable(dout)
     dlse = None if dlse is None else dlse.contiguous()
     contract.check_memory(call, q, k, v, dq)
     for name, t in (("out", out), ("lse", lse)):
