@@ -1,0 +1,609 @@
+// Backward stage 04 — dQ through shared memory, one bulk reduce-add per warpgroup and step.
+//
+// Stage 03 adds its share of dQ as stage 02 did: 8 red.global.add.v4.f32 per thread and step, one
+// request to L2 per 16 bytes. Both stages push the same rate of reduction bytes through L2 — about
+// 1 TB/s (17 GB at 8k in 16.1 ms; stage 02: 34 GB in 33.7 ms) — although stage 03 does its tensor
+// work twice as fast: the reductions' requests, not the products, set the pace. Here each warpgroup
+// writes its 64 x 64 fp32 share of dQ into shared memory (the accumulator's registers as they are,
+// 16 bytes per thread at a time, conflict-free) and one thread hands the whole 16 KB to the TMA unit
+// as one bulk reduce-add (cp.reduce.async.bulk ... .add.f32), which adds it into L2 in full lines
+// while the warpgroup goes on to its next step. The global accumulator is kept in that same order
+// — a 16 KB block per (query block, warpgroup), each thread's floats where it wrote them — and the
+// conversion kernel puts every float back at its row and column.
+//
+// What stage 03 introduced, for reference:
+// Stages 01-02 run the backward on mma.sync, each operand fetched into registers by ldmatrix: the
+// tensor cores wait on the loads of a warp that is itself one of four. Here a CTA of two consumer
+// warpgroups holds 128 keys (64 each); one thread brings Q and dO in with the TMA, a step ahead,
+// in the 128-byte swizzled layout that wgmma reads straight from shared memory, and each
+// warpgroup issues its GEMMs as 64-row wgmma instructions. The operands are placed so that no
+// product needs a transpose in registers (FlashAttention-3's choice):
+//   Sᵀ  = K Qᵀ   and  dPᵀ = V dOᵀ   (M = the warpgroup's 64 keys, N = 64 queries; A, B from shared)
+//   dV += Pᵀ dO  and  dK += dSᵀ Q   (Pᵀ and dSᵀ are the accumulators above, rounded: A from registers)
+//   dQ  = dS K                      (dSᵀ written to shared memory as held, read back as an MN-major A;
+//                                    each warpgroup 64 of the 128 head-dim columns, over all 128 keys)
+// dQ is still added into the fp32 accumulator four floats at a time (stage 02); the deterministic
+// mode is still stage 02's second pass, on mma.sync.
+#include <cuda_bf16.h>
+
+#include "../../attention/common/ldmatrix.cuh"
+#include "../../attention/common/mbarrier.cuh"
+#include "../../attention/common/mma_sm80.cuh"
+#include "../../attention/common/tma_4d.cuh"
+#include "../../attention/common/tma_store.cuh"  // bulk_commit_group, bulk_wait_group_read
+#include "../../attention/common/named_barrier.cuh"
+#include "../../attention/common/wgmma.cuh"
+#include "../../attention/common/wgmma_rs.cuh"
+#include "../common/abi_backward.h"
+#include "../common/bulk_reduce.cuh"
+#include "../common/wgmma_transposed_a.cuh"
+
+constexpr int HEAD_DIM = 128;
+constexpr int BLOCK_M = 64;    // query rows per step of the main kernel (and per CTA of the dQ pass)
+constexpr int BLOCK_N = 128;   // keys per CTA of the main kernel
+constexpr int CONSUMERS = 2;   // warpgroups per CTA, 64 keys each
+constexpr int WG_KEYS = BLOCK_N / CONSUMERS;
+constexpr int NUM_THREADS = CONSUMERS * 128;
+constexpr int Q_STAGES = 2;    // Q and dO of step i + 1 land while step i computes
+constexpr int BOX_COLS = 64;   // a 128-byte swizzled box row holds 64 bf16: a 128-wide tile is two boxes
+constexpr int SWIZZLE_ATOM = 1024;  // 8 rows x 128 bytes: the SBO of every descriptor
+constexpr int KV_TILE_BYTES = BLOCK_N * HEAD_DIM * 2;
+constexpr int Q_TILE_BYTES = BLOCK_M * HEAD_DIM * 2;
+constexpr int DS_TILE_BYTES = BLOCK_N * BLOCK_M * 2;  // dSᵀ: [128 keys][64 queries], one box wide
+constexpr int DQ_TILE_BYTES = BLOCK_M * BOX_COLS * 4;  // a warpgroup's dQ share, fp32: 16 KB
+constexpr int NUM_BARRIERS = 1 + Q_STAGES;            // K and V; each stage's Q and dO
+constexpr int SMEM_BYTES =
+    2 * KV_TILE_BYTES + Q_STAGES * 2 * Q_TILE_BYTES + DS_TILE_BYTES + CONSUMERS * DQ_TILE_BYTES + NUM_BARRIERS * 8;
+constexpr int DQ_BAR = 1;  // named barrier DQ_BAR + wg: warpgroup wg's 128 threads around its dQ tile (0 is __syncthreads)
+static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one block may have on sm_90");
+
+constexpr int K_STEPS = HEAD_DIM / 16;   // k-steps of Sᵀ and dPᵀ (over the head dim)
+constexpr int M_STEPS = BLOCK_M / 16;    // k-steps of dV and dK (over the step's queries)
+constexpr int N_STEPS = BLOCK_N / 16;    // k-steps of dQ (over the CTA's keys)
+constexpr int ST_REGS = BLOCK_M / 2;     // fp32 accumulators per thread of Sᵀ (64 keys x 64 queries)
+constexpr int KV_REGS = HEAD_DIM / 2;    // fp32 accumulators per thread of dK, of dV (64 keys x 128)
+constexpr int DQ_REGS = BOX_COLS / 2;    // fp32 accumulators per thread of dQ (64 queries x 64 columns)
+
+// The deterministic dQ pass (stage 02's kernel, unchanged): padded tiles, 64 keys per step, mma.sync.
+constexpr int DQ_KEYS = 64;
+constexpr int DQ_THREADS = 128;
+constexpr int ROWS_PER_WARP = 16;
+constexpr int PAD = 8;
+constexpr int LD_D = HEAD_DIM + PAD;
+constexpr int LD_N = DQ_KEYS + PAD;
+constexpr int TILE_D_BYTES = 64 * LD_D * 2;
+constexpr int TILE_S_BYTES = BLOCK_M * LD_N * 2;
+constexpr int DQ_SMEM_BYTES = 4 * TILE_D_BYTES + 2 * TILE_S_BYTES;
+constexpr int D_STEPS = HEAD_DIM / 16;
+constexpr int N_TILES = DQ_KEYS / 8;
+constexpr int D_TILES = HEAD_DIM / 8;
+constexpr int PRE_ROWS = 128 / 16;  // preprocess and conversion: 16 threads per row, 8 elements each
+constexpr float LOG2E = 1.4426950408889634f;
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 pair = __float22bfloat162_rn(make_float2(lo, hi));
+    return *reinterpret_cast<uint32_t*>(&pair);
+}
+
+// 2^x on the special-function unit (MUFU.EX2); flushes denormal results to zero.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ int padded_rows(int len) { return (len + BLOCK_M - 1) / BLOCK_M * BLOCK_M; }
+
+// --- 1. preprocess --------------------------------------------------------------------------------
+
+// For every query row (padded to BLOCK_M): D = rowsum(dO ∘ O) (less dlse, when the caller's loss
+// used the log-sum-exp) and lse · log2(e), with +inf for the
+// padding rows and for rows that saw no key (lse = −inf), so that P = 2^(s − lse₂) is exactly 0
+// there; and the row of the dQ accumulator zeroed.
+__global__ void __launch_bounds__(128) preprocess_kernel(const AttnBwdParams p) {
+    const int row = blockIdx.x * PRE_ROWS + threadIdx.x / 16, part = threadIdx.x % 16;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int rows = padded_rows(p.len_q);
+    const int64_t bh = (int64_t)batch * p.heads + head;
+    float dot = 0.f;
+    if (row < p.len_q) {
+        const bf16* o = static_cast<const bf16*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1] + row * p.o_stride[2];
+        const bf16* d = static_cast<const bf16*>(p.dout) + batch * p.dout_stride[0] + head * p.dout_stride[1] +
+                        row * p.dout_stride[2];
+        const uint4 ov = *reinterpret_cast<const uint4*>(o + part * 8);
+        const uint4 dv = *reinterpret_cast<const uint4*>(d + part * 8);
+        const bf16* oe = reinterpret_cast<const bf16*>(&ov);
+        const bf16* de = reinterpret_cast<const bf16*>(&dv);
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) dot += __bfloat162float(oe[i]) * __bfloat162float(de[i]);
+    }
+    #pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (row >= rows) return;
+    if (part == 0) {
+        float lse2 = INFINITY;
+        if (row < p.len_q) {
+            const float lse = p.lse[bh * p.len_q + row];
+            lse2 = lse == -INFINITY ? INFINITY : lse * LOG2E;
+            if (p.dlse) dot -= p.dlse[bh * p.len_q + row];  // dS = P ∘ (dP − (D − dlse))
+        }
+        p.row_stats[bh * rows + row] = dot;
+        p.row_stats[((int64_t)p.batch * p.heads + bh) * rows + row] = lse2;
+    }
+    if (p.dq_accum) {
+        float4* acc = reinterpret_cast<float4*>(p.dq_accum + (bh * rows + row) * HEAD_DIM) + part * 2;
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// --- 2. the main kernel: dK and dV of 128 keys, and dQ through atomics ----------------------------------
+
+// One thread starts the copy of ROWS x 128 tile rows (row `row0` on of head `head` of batch `batch`):
+// one TMA per 64-column box, both completing on `bar` (rows past the head's length come as zeros).
+template <int ROWS>
+__device__ __forceinline__ void load_tile(uint32_t tile, const CUtensorMap* map, int row0, int head, int batch,
+                                          uint32_t bar) {
+    #pragma unroll
+    for (int box = 0; box < HEAD_DIM / BOX_COLS; ++box)
+        tma_load_4d(tile + box * ROWS * BOX_COLS * 2, map, box * BOX_COLS, row0, head, batch, bar);
+}
+
+// The descriptor of an operand at `byte_offset` from the start of its tile, given the low word of
+// the tile's own descriptor (start address, leading byte offset): a compile-time offset is one add.
+__device__ __forceinline__ uint32_t desc_lo(uint32_t smem_addr, uint32_t lbo_bytes) {
+    return uint32_t(make_smem_desc_sw128(smem_addr, lbo_bytes, SWIZZLE_ATOM));
+}
+__device__ __forceinline__ uint64_t desc_at(uint32_t tile_desc_lo, uint32_t byte_offset) {
+    constexpr uint64_t high = make_smem_desc_sw128(0, 0, SWIZZLE_ATOM) & 0xffffffff00000000ull;
+    return high | (tile_desc_lo + (byte_offset >> 4));
+}
+
+// The query rows of the CTA's keys: causal keys key0.. are seen from query key0 − (len_k − len_q) on.
+__device__ __forceinline__ int first_query_block(int key0, int len_q, int len_k, bool causal) {
+    if (!causal) return 0;
+    const int first = key0 - (len_k - len_q);
+    return first <= 0 ? 0 : first / BLOCK_M;
+}
+
+// Sᵀ = K Qᵀ or dPᵀ = V dOᵀ, one commit group: A = the warpgroup's 64 rows of K or V, B = the Q or dO
+// tile (both K-major: a row is one key's or query's head dim), over the head dim's two boxes.
+__device__ __forceinline__ void gemm_over_head_dim(float (&acc)[ST_REGS], uint32_t a_rows, uint32_t b_rows) {
+    wgmma_m64n64k16_bf16_ss_first<0, 0>(acc, desc_at(a_rows, 0), desc_at(b_rows, 0));
+    #pragma unroll
+    for (int kk = 1; kk < K_STEPS; ++kk) {
+        const uint32_t in_row = (kk % 4) * 32, box = kk / 4;
+        wgmma_m64n64k16_bf16_ss<0>(acc, desc_at(a_rows, box * KV_TILE_BYTES / 2 + in_row),
+                                   desc_at(b_rows, box * Q_TILE_BYTES / 2 + in_row), 1);
+    }
+    wgmma_commit();
+}
+
+// Where float i of thread t (of a warpgroup's 128) of the dQ share lies in its 16 KB block, in
+// floats: the accumulator's 32 registers as 8 float4, float4 j of all 128 threads side by side (a
+// warp's 16-byte stores of one j fill 512 contiguous bytes: four wavefronts, no conflicts).
+__host__ __device__ constexpr int dq_block_index(int t, int i) { return (i / 4 * 128 + t) * 4 + i % 4; }
+
+__global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_constant__ AttnBwdParams p,
+                                                              const __grid_constant__ CUtensorMap q_map,
+                                                              const __grid_constant__ CUtensorMap k_map,
+                                                              const __grid_constant__ CUtensorMap v_map,
+                                                              const __grid_constant__ CUtensorMap do_map) {
+    const int wg = threadIdx.x / 128;  // this warpgroup's keys: wg * 64 .. of the CTA's 128
+    const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int group = lane / 4, quad = lane % 4;
+    const int key0 = blockIdx.x * BLOCK_N, kv_head = blockIdx.y, batch = blockIdx.z;
+    const int rows = padded_rows(p.len_q);
+    const int group_size = p.heads / p.kv_heads;
+    const float scale_log2 = p.scale * LOG2E;
+    const int offset = p.len_k - p.len_q;  // causal: query i sees keys j <= i + offset
+    const bool causal = p.causal != 0;
+    const bool with_dq = p.dq_accum && !p.deterministic;
+
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const uint32_t k_tile = smem_addr(smem);  // [128 keys][128] as two [128][64] boxes, swizzled
+    const uint32_t v_tile = k_tile + KV_TILE_BYTES;
+    const uint32_t q_tiles = v_tile + KV_TILE_BYTES;  // Q_STAGES x [64 queries][128], two boxes each
+    const uint32_t do_tiles = q_tiles + Q_STAGES * Q_TILE_BYTES;
+    const uint32_t ds_tile = do_tiles + Q_STAGES * Q_TILE_BYTES;  // dSᵀ [128 keys][64 queries], swizzled
+    const uint32_t dq_tiles = ds_tile + DS_TILE_BYTES;  // per warpgroup, its dQ share (dq_block_index order)
+    const uint32_t kv_full = dq_tiles + CONSUMERS * DQ_TILE_BYTES;
+    const uint32_t q_full = kv_full + 8;  // + 8 * stage
+
+    // The steps: every query block that sees these keys, of every query head of the group.
+    const int first_block = first_query_block(key0, p.len_q, p.len_k, causal);
+    const int blocks = rows / BLOCK_M - first_block;
+    const int steps = group_size * blocks;
+    const auto issue_step = [&](int step) {  // thread 0: Q and dO of `step` into its stage
+        const int head = kv_head * group_size + step / blocks, q0 = (first_block + step % blocks) * BLOCK_M;
+        const int stage = step % Q_STAGES;
+        mbarrier_arrive_expect_tx(q_full + 8 * stage, 2 * Q_TILE_BYTES);
+        load_tile<BLOCK_M>(q_tiles + stage * Q_TILE_BYTES, &q_map, q0, head, batch, q_full + 8 * stage);
+        load_tile<BLOCK_M>(do_tiles + stage * Q_TILE_BYTES, &do_map, q0, head, batch, q_full + 8 * stage);
+    };
+    if (threadIdx.x == 0) {
+        mbarrier_init(kv_full, 1);
+        for (int s = 0; s < Q_STAGES; ++s) mbarrier_init(q_full + 8 * s, 1);
+        fence_proxy_async_shared();  // the copy engine must see the initialised barriers
+        mbarrier_arrive_expect_tx(kv_full, 2 * KV_TILE_BYTES);
+        load_tile<BLOCK_N>(k_tile, &k_map, key0, kv_head, batch, kv_full);
+        load_tile<BLOCK_N>(v_tile, &v_map, key0, kv_head, batch, kv_full);
+        if (steps > 0) issue_step(0);
+    }
+    __syncthreads();
+
+    // Descriptors: this warpgroup's 64 rows of K and V as the A of Sᵀ and dPᵀ (K-major), K's box
+    // `wg` as the B of dQ (MN-major: rows are keys), dSᵀ as the MN-major A of dQ.
+    const uint32_t k_rows = desc_lo(k_tile + wg * WG_KEYS * 128, 16);
+    const uint32_t v_rows = desc_lo(v_tile + wg * WG_KEYS * 128, 16);
+    const uint32_t k_box = desc_lo(k_tile + wg * BLOCK_N * 128, 16);
+    const uint32_t ds_a = desc_lo(ds_tile, 16);
+    float dk[KV_REGS] = {}, dv[KV_REGS] = {};
+    // Declared once: the GEMMs of every step write the same registers (no copies into place, which
+    // would make ptxas wait for the wgmmas in flight).
+    float st[ST_REGS], dpt[ST_REGS], dq[DQ_REGS];
+    mbarrier_wait(kv_full, 0);
+
+    for (int step = 0; step < steps; ++step) {
+        const int head = kv_head * group_size + step / blocks, q0 = (first_block + step % blocks) * BLOCK_M;
+        const int stage = step % Q_STAGES;
+        // The other stage was last read in step − 1, which every thread has finished.
+        if (threadIdx.x == 0 && step + 1 < steps) issue_step(step + 1);
+        const int64_t bh = (int64_t)batch * p.heads + head;
+        const float* dsum_row = p.row_stats + bh * rows + q0;
+        const float* lse2_row = p.row_stats + ((int64_t)p.batch * p.heads + bh) * rows + q0;
+        const uint32_t q_tile = q_tiles + stage * Q_TILE_BYTES, do_tile = do_tiles + stage * Q_TILE_BYTES;
+        mbarrier_wait(q_full + 8 * stage, (step / Q_STAGES) & 1);
+
+        // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: Q and dO are K-major B operands (a row is a query's head dim).
+        const uint32_t q_k = desc_lo(q_tile, 16), do_k = desc_lo(do_tile, 16);
+        wgmma_fence();
+        gemm_over_head_dim(st, k_rows, q_k);
+        gemm_over_head_dim(dpt, v_rows, do_k);
+
+        // The thread's 16 query columns: 8j + 2·quad and + 1, j = 0..7 (loaded while the GEMMs run).
+        float2 lse2[ST_REGS / 4], dsum[ST_REGS / 4];
+        #pragma unroll
+        for (int j = 0; j < ST_REGS / 4; ++j) {
+            lse2[j] = *reinterpret_cast<const float2*>(lse2_row + 8 * j + 2 * quad);
+            dsum[j] = *reinterpret_cast<const float2*>(dsum_row + 8 * j + 2 * quad);
+        }
+        // Masks: keys past len_k, and (causal) keys past a query's diagonal; only blocks that have either.
+        const int key_row = key0 + wg * WG_KEYS + warp * 16 + group;  // and key_row + 8
+        const bool masked = key0 + BLOCK_N > p.len_k || (causal && key0 + BLOCK_N - 1 > q0 + offset);
+
+        wgmma_wait<1>();
+        wgmma_fence_operands(st);
+        #pragma unroll
+        for (int i = 0; i < ST_REGS; ++i) {
+            const int j = i / 4, key = key_row + (i % 4 / 2) * 8, query = q0 + 8 * j + 2 * quad + i % 2;
+            const float l = i % 2 ? lse2[j].y : lse2[j].x;
+            const bool visible = !masked || (key < p.len_k && (!causal || key <= query + offset));
+            st[i] = visible ? exp2_approx(fmaf(st[i], scale_log2, -l)) : 0.f;  // Pᵀ
+        }
+        wgmma_wait<0>();
+        wgmma_fence_operands(dpt);
+        uint32_t p_frag[ST_REGS / 2], ds_frag[ST_REGS / 2];
+        #pragma unroll
+        for (int i = 0; i < ST_REGS; i += 2) {
+            const float2 d = dsum[i / 4];
+            const float ds0 = st[i] * (dpt[i] - d.x), ds1 = st[i + 1] * (dpt[i + 1] - d.y);  // dSᵀ
+            p_frag[i / 2] = pack_bf16x2(st[i], st[i + 1]);
+            ds_frag[i / 2] = pack_bf16x2(ds0, ds1);
+        }
+
+        // dV += Pᵀ dO and dK += dSᵀ Q: dO and Q are MN-major B operands (rows are queries), two boxes wide.
+        wgmma_fence_operands(p_frag);
+        wgmma_fence_operands(ds_frag);
+        wgmma_fence();
+        const uint32_t do_mn = desc_lo(do_tile, Q_TILE_BYTES / 2), q_mn = desc_lo(q_tile, Q_TILE_BYTES / 2);
+        #pragma unroll
+        for (int t = 0; t < M_STEPS; ++t)
+            wgmma_m64n128k16_bf16_rs<1>(dv, p_frag[4 * t], p_frag[4 * t + 1], p_frag[4 * t + 2], p_frag[4 * t + 3],
+                                        desc_at(do_mn, t * 16 * 128), 1);
+        #pragma unroll
+        for (int t = 0; t < M_STEPS; ++t)
+            wgmma_m64n128k16_bf16_rs<1>(dk, ds_frag[4 * t], ds_frag[4 * t + 1], ds_frag[4 * t + 2], ds_frag[4 * t + 3],
+                                        desc_at(q_mn, t * 16 * 128), 1);
+        wgmma_commit();
+
+        if (with_dq) {
+            // dSᵀ to shared memory as held: row = key, the 16-byte chunk j of a row holds queries
+            // 8j..8j+7, at chunk j ^ (row % 8) (the 128-byte swizzle). A warp's 32 stores of a j hit
+            // 32 different banks.
+            #pragma unroll
+            for (int j = 0; j < ST_REGS / 4; ++j) {
+                const int row = wg * WG_KEYS + warp * 16 + group;
+                const uint32_t at = ds_tile + row * 128 + ((j ^ group) * 16) + quad * 4;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(ds_frag[2 * j]) : "memory");
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + 8 * 128), "r"(ds_frag[2 * j + 1]) : "memory");
+            }
+            fence_proxy_async_shared();  // the stores, made by ordinary instructions, before wgmma reads them
+            __syncthreads();             // both warpgroups' halves of dSᵀ are in
+
+            // dQ (the step's 64 queries x this warpgroup's 64 head-dim columns) = dS K, over all 128 keys.
+            wgmma_fence();
+            wgmma_m64n64k16_bf16_ss_first<1, 1>(dq, desc_at(ds_a, 0), desc_at(k_box, 0));
+            #pragma unroll
+            for (int kk = 1; kk < N_STEPS; ++kk)
+                wgmma_m64n64k16_bf16_ss_mn_a<1>(dq, desc_at(ds_a, kk * 16 * 128), desc_at(k_box, kk * 16 * 128), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(dq);
+            // The share into this warpgroup's tile, once the previous step's reduce-add has read it
+            // (a step ago: the wait is for form's sake), then to the TMA unit, added in one operation.
+            const bool issuer = threadIdx.x % 128 == 0;
+            const uint32_t dq_tile = dq_tiles + wg * DQ_TILE_BYTES;
+            if (issuer) bulk_wait_group_read<0>();
+            named_barrier_sync<128>(DQ_BAR + wg);
+            #pragma unroll
+            for (int j = 0; j < DQ_REGS / 4; ++j)
+                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dq_tile + 4 * dq_block_index(threadIdx.x % 128, 4 * j)),
+                             "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                             : "memory");
+            fence_proxy_async_shared();  // the stores, made by ordinary instructions, before the copy engine reads them
+            named_barrier_sync<128>(DQ_BAR + wg);
+            if (issuer) {
+                bulk_reduce_add_f32(p.dq_accum + ((bh * rows + q0) * 2 + wg * BLOCK_M) * BOX_COLS, dq_tile, DQ_TILE_BYTES);
+                bulk_commit_group();
+            }
+        } else {
+            wgmma_wait<0>();
+        }
+        wgmma_fence_operands(dk);
+        wgmma_fence_operands(dv);
+        __syncthreads();  // every read of this stage's Q, dO and of dSᵀ is done: they may be overwritten
+    }
+
+    if (with_dq && threadIdx.x % 128 == 0) bulk_wait_group_read<0>();  // the last reduce-add has read its tile
+
+    // dK · scale and dV, bf16, for the warp's 16 keys: rows key_row and key_row + 8, columns 8j + 2·quad.
+    const int row0 = key0 + wg * WG_KEYS + warp * 16 + group;
+    bf16* dK = static_cast<bf16*>(p.dk) + batch * p.dk_stride[0] + kv_head * p.dk_stride[1];
+    bf16* dV = static_cast<bf16*>(p.dv) + batch * p.dv_stride[0] + kv_head * p.dv_stride[1];
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int key = row0 + half * 8;
+        if (key >= p.len_k) continue;
+        #pragma unroll
+        for (int j = 0; j < KV_REGS / 4; ++j) {
+            const int i = 4 * j + 2 * half;
+            *reinterpret_cast<uint32_t*>(dK + key * p.dk_stride[2] + 8 * j + 2 * quad) =
+                pack_bf16x2(dk[i] * p.scale, dk[i + 1] * p.scale);
+            *reinterpret_cast<uint32_t*>(dV + key * p.dv_stride[2] + 8 * j + 2 * quad) = pack_bf16x2(dv[i], dv[i + 1]);
+        }
+    }
+}
+
+// --- 3. deterministic mode: dQ of a query block, the key blocks summed in order ----------------------
+//
+// Stage 02's pass, unchanged: padded tiles, ldmatrix, mma.sync, 64 keys a step.
+
+// Copies `count` rows (of 64) of a [rows][HEAD_DIM] global tile into a padded shared tile with
+// 16-byte loads; rows past `count` are zero, so they add nothing to any product.
+__device__ __forceinline__ void load_rows(bf16* tile, const bf16* src, int64_t row_stride, int count) {
+    constexpr int CHUNKS = HEAD_DIM / 8;
+    for (int i = threadIdx.x; i < 64 * CHUNKS; i += DQ_THREADS) {
+        const int row = i / CHUNKS, col = (i % CHUNKS) * 8;
+        uint4 value = make_uint4(0, 0, 0, 0);
+        if (row < count) value = *reinterpret_cast<const uint4*>(src + row * row_stride + col);
+        *reinterpret_cast<uint4*>(tile + row * LD_D + col) = value;
+    }
+}
+
+// acc[N_TILES][4] += A Bᵀ for A = rows row0..row0+15 of a [..][HEAD_DIM] tile, B = the DQ_KEYS rows
+// of another: S = Q Kᵀ and dP = dO Vᵀ, both over the head dim.
+__device__ __forceinline__ void gemm_rows_by_rows(float acc[N_TILES][4], const bf16* a_tile, int row0,
+                                                  const bf16* b_tile, int lane) {
+    const int r = lane % 8, i = lane / 8;
+    #pragma unroll
+    for (int kk = 0; kk < D_STEPS; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a, smem_addr(a_tile + (row0 + r + (i % 2) * 8) * LD_D + kk * 16 + (i / 2) * 8));
+        #pragma unroll
+        for (int nt = 0; nt < N_TILES; nt += 2) {
+            uint32_t b[4];
+            ldmatrix_x4(b, smem_addr(b_tile + (nt * 8 + r + (i / 2) * 8) * LD_D + kk * 16 + (i % 2) * 8));
+            mma_m16n8k16_bf16(acc[nt], a, b);
+            mma_m16n8k16_bf16(acc[nt + 1], a, b + 2);
+        }
+    }
+}
+
+// acc[D_TILES][4] += A B, A (16 x 64) read from a [64][ld] shared tile — transposed (columns
+// col0..col0+15 of it, as rows) when A_TRANS — and B the 64 x HEAD_DIM tile [64][LD_D] whose rows
+// are the k index: dV += Pᵀ dO, dK += dSᵀ Q (A transposed), dQ += dS K (A as stored).
+template <bool A_TRANS>
+__device__ __forceinline__ void gemm_into_head_dim(float acc[D_TILES][4], const bf16* a_tile, int ld, int a0,
+                                                   const bf16* b_tile, int lane) {
+    const int r = lane % 8, i = lane / 8;
+    #pragma unroll
+    for (int kk = 0; kk < 64 / 16; ++kk) {
+        uint32_t a[4];
+        if (A_TRANS)  // A(row, k) = tile[k][a0 + row]: matrix i covers tile rows k + (i/2)*8, columns (i%2)*8
+            ldmatrix_x4_trans(a, smem_addr(a_tile + (kk * 16 + r + (i / 2) * 8) * ld + a0 + (i % 2) * 8));
+        else
+            ldmatrix_x4(a, smem_addr(a_tile + (a0 + r + (i % 2) * 8) * ld + kk * 16 + (i / 2) * 8));
+        #pragma unroll
+        for (int dt = 0; dt < D_TILES; dt += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, smem_addr(b_tile + (kk * 16 + r + (i % 2) * 8) * LD_D + dt * 8 + (i / 2) * 8));
+            mma_m16n8k16_bf16(acc[dt], a, b);
+            mma_m16n8k16_bf16(acc[dt + 1], a, b + 2);
+        }
+    }
+}
+
+// P and dS of one warp's 16 query rows against DQ_KEYS keys, from S and dP in registers, masked
+// (keys past len_k; causal: keys past the row's diagonal). Returns them in s (P) and dp (dS).
+__device__ __forceinline__ void softmax_gradient(float s[N_TILES][4], float dp[N_TILES][4], const float lse2[2],
+                                                 const float dsum[2], float scale_log2, int q_row, int key0,
+                                                 int len_k, int causal_limit_offset, bool causal, int lane) {
+    const int group = lane / 4, quad = lane % 4;
+    #pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int half = e / 2;
+            const int row = q_row + group + half * 8, key = key0 + nt * 8 + 2 * quad + e % 2;
+            const bool visible = key < len_k && (!causal || key <= row + causal_limit_offset);
+            const float prob = visible ? exp2_approx(fmaf(s[nt][e], scale_log2, -lse2[half])) : 0.f;
+            s[nt][e] = prob;
+            dp[nt][e] = prob * (dp[nt][e] - dsum[half]);
+        }
+    }
+}
+
+// Stores a warp's 16 x DQ_KEYS fragment as bf16 into rows row0.. of a [BLOCK_M][LD_N] tile.
+__device__ __forceinline__ void store_fragment(bf16* tile, int row0, const float x[N_TILES][4], int lane) {
+    const int group = lane / 4, quad = lane % 4;
+    #pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt) {
+        *reinterpret_cast<uint32_t*>(tile + (row0 + group) * LD_N + nt * 8 + 2 * quad) = pack_bf16x2(x[nt][0], x[nt][1]);
+        *reinterpret_cast<uint32_t*>(tile + (row0 + group + 8) * LD_N + nt * 8 + 2 * quad) =
+            pack_bf16x2(x[nt][2], x[nt][3]);
+    }
+}
+
+// Writes a warp's 16 x HEAD_DIM fp32 accumulator, times `factor`, as bf16 rows row0.. of a global
+// tensor (rows at or past `count` are not written).
+__device__ __forceinline__ void store_rows(bf16* dst, int64_t row_stride, int row0, int count,
+                                           const float acc[D_TILES][4], float factor, int lane) {
+    const int group = lane / 4, quad = lane % 4;
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + group + half * 8;
+        if (row >= count) continue;
+        #pragma unroll
+        for (int dt = 0; dt < D_TILES; ++dt)
+            *reinterpret_cast<uint32_t*>(dst + row * row_stride + dt * 8 + 2 * quad) =
+                pack_bf16x2(acc[dt][2 * half] * factor, acc[dt][2 * half + 1] * factor);
+    }
+}
+
+__global__ void __launch_bounds__(DQ_THREADS) dq_kernel(const AttnBwdParams p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = lane / 4;
+    const int q0 = blockIdx.x * BLOCK_M, head = blockIdx.y, batch = blockIdx.z;
+    const int kv_head = head / (p.heads / p.kv_heads);
+    const int rows = padded_rows(p.len_q);
+    const int64_t bh = (int64_t)batch * p.heads + head;
+    const float scale_log2 = p.scale * LOG2E;
+    const int offset = p.len_k - p.len_q;
+    const bool causal = p.causal != 0;
+
+    extern __shared__ __align__(1024) unsigned char smem[];
+    bf16* k_tile = reinterpret_cast<bf16*>(smem);
+    bf16* v_tile = k_tile + 64 * LD_D;
+    bf16* q_tile = v_tile + 64 * LD_D;
+    bf16* do_tile = q_tile + 64 * LD_D;
+    bf16* ds_tile = do_tile + 64 * LD_D + BLOCK_M * LD_N;  // where the main kernel keeps dS
+
+    const bf16* Q = static_cast<const bf16*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1] + q0 * p.q_stride[2];
+    const bf16* dO = static_cast<const bf16*>(p.dout) + batch * p.dout_stride[0] + head * p.dout_stride[1] +
+                     q0 * p.dout_stride[2];
+    load_rows(q_tile, Q, p.q_stride[2], min(BLOCK_M, p.len_q - q0));
+    load_rows(do_tile, dO, p.dout_stride[2], min(BLOCK_M, p.len_q - q0));
+    const int q_row = q0 + warp * ROWS_PER_WARP;
+    const float* lse2_row = p.row_stats + ((int64_t)p.batch * p.heads + bh) * rows;
+    const float lse2[2] = {lse2_row[q_row + group], lse2_row[q_row + group + 8]};
+    const float dsum[2] = {p.row_stats[bh * rows + q_row + group], p.row_stats[bh * rows + q_row + group + 8]};
+
+    // Causal: the last key any row of this block sees is q0 + BLOCK_M − 1 + offset.
+    const int key_end = causal ? min(p.len_k, max(0, q0 + BLOCK_M + offset)) : p.len_k;
+    const bf16* K = static_cast<const bf16*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
+    const bf16* V = static_cast<const bf16*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+    float dq[D_TILES][4] = {};
+    for (int key0 = 0; key0 < key_end; key0 += DQ_KEYS) {
+        __syncthreads();  // the previous step's readers of K, V and dS are done
+        load_rows(k_tile, K + key0 * p.k_stride[2], p.k_stride[2], min(DQ_KEYS, p.len_k - key0));
+        load_rows(v_tile, V + key0 * p.v_stride[2], p.v_stride[2], min(DQ_KEYS, p.len_k - key0));
+        __syncthreads();
+        float s[N_TILES][4] = {}, dp[N_TILES][4] = {};
+        gemm_rows_by_rows(s, q_tile, warp * ROWS_PER_WARP, k_tile, lane);
+        gemm_rows_by_rows(dp, do_tile, warp * ROWS_PER_WARP, v_tile, lane);
+        softmax_gradient(s, dp, lse2, dsum, scale_log2, q_row, key0, p.len_k, offset, causal, lane);
+        store_fragment(ds_tile, warp * ROWS_PER_WARP, dp, lane);
+        __syncwarp();  // each warp reads back only its own 16 rows of dS
+        gemm_into_head_dim<false>(dq, ds_tile, LD_N, warp * ROWS_PER_WARP, k_tile, lane);
+    }
+    bf16* dQ = static_cast<bf16*>(p.dq) + batch * p.dq_stride[0] + head * p.dq_stride[1] + q0 * p.dq_stride[2];
+    store_rows(dQ, p.dq_stride[2], warp * ROWS_PER_WARP, p.len_q - q0, dq, p.scale, lane);
+}
+
+// --- 4. postprocess: dQ = scale · accumulator, from its block order ---------------------------------
+
+// A CTA per query block: its two 16 KB blocks, each float put back at its row and column (the
+// inverse of dq_block_index: the wgmma accumulator layout), times scale, rounded to bf16.
+__global__ void __launch_bounds__(NUM_THREADS) dq_convert_kernel(const AttnBwdParams p) {
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const int warp = t / 32, group = t % 32 / 4, quad = t % 4;
+    const int q0 = blockIdx.x * BLOCK_M, head = blockIdx.y, batch = blockIdx.z;
+    const int64_t bh = (int64_t)batch * p.heads + head;
+    const float* block = p.dq_accum + ((bh * padded_rows(p.len_q) + q0) * 2 + wg * BLOCK_M) * BOX_COLS;
+    bf16* dq = static_cast<bf16*>(p.dq) + batch * p.dq_stride[0] + head * p.dq_stride[1];
+    const int row = q0 + warp * 16 + group;  // and row + 8
+    #pragma unroll
+    for (int j = 0; j < DQ_REGS / 4; ++j) {
+        const float4 a = *reinterpret_cast<const float4*>(block + dq_block_index(t, 4 * j));
+        const int col = wg * BOX_COLS + 8 * j + 2 * quad;
+        if (row < p.len_q)
+            *reinterpret_cast<uint32_t*>(dq + row * p.dq_stride[2] + col) = pack_bf16x2(a.x * p.scale, a.y * p.scale);
+        if (row + 8 < p.len_q)
+            *reinterpret_cast<uint32_t*>(dq + (row + 8) * p.dq_stride[2] + col) = pack_bf16x2(a.z * p.scale, a.w * p.scale);
+    }
+}
+
+// --- the host side ---------------------------------------------------------------------------------
+
+HOPATTN_EXPORT int hopattn_backward_workspace(const AttnBwdParams* p, int64_t* row_stats_floats,
+                                              int64_t* dq_accum_floats) {
+    const int64_t rows = (int64_t)(p->len_q + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
+    *row_stats_floats = 2 * (int64_t)p->batch * p->heads * rows;
+    *dq_accum_floats = p->deterministic ? 0 : (int64_t)p->batch * p->heads * rows * HEAD_DIM;
+    return 0;
+}
+
+HOPATTN_EXPORT int hopattn_backward_launch(const AttnBwdParams* p, cudaStream_t stream, char* err, int errlen) {
+    if (p->head_dim != HEAD_DIM || p->len_q <= 0 || p->len_k <= 0 || p->kv_heads <= 0 || p->heads % p->kv_heads ||
+        !p->row_stats || (!p->deterministic && !p->dq_accum)) {
+        snprintf(err, errlen, "backward stage needs head_dim %d, len_q and len_k > 0, heads a multiple of kv_heads, "
+                 "and its workspace", HEAD_DIM);
+        return 1;
+    }
+    // Q and dO are read in boxes of a step's 64 rows, K and V in boxes of the CTA's 128: 4-D maps
+    // [batch, heads, len, 128] with the caller's strides; a box past a head's length reads zeros.
+    CUtensorMap q_map, k_map, v_map, do_map;
+    if (make_tma_4d_bf16(&q_map, p->q, p->batch, p->heads, p->len_q, HEAD_DIM, p->q_stride, BLOCK_M, BOX_COLS, "q",
+                         err, errlen) ||
+        make_tma_4d_bf16(&k_map, p->k, p->batch, p->kv_heads, p->len_k, HEAD_DIM, p->k_stride, BLOCK_N, BOX_COLS, "k",
+                         err, errlen) ||
+        make_tma_4d_bf16(&v_map, p->v, p->batch, p->kv_heads, p->len_k, HEAD_DIM, p->v_stride, BLOCK_N, BOX_COLS, "v",
+                         err, errlen) ||
+        make_tma_4d_bf16(&do_map, p->dout, p->batch, p->heads, p->len_q, HEAD_DIM, p->dout_stride, BLOCK_M, BOX_COLS,
+                         "dout", err, errlen))
+        return 1;
+    HOPATTN_CHECK(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), err,
+                  errlen);
+    const int rows = (p->len_q + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
+    preprocess_kernel<<<dim3(rows / PRE_ROWS, p->heads, p->batch), 128, 0, stream>>>(*p);
+    HOPATTN_CHECK(cudaGetLastError(), err, errlen);
+    dkdv_kernel<<<dim3((p->len_k + BLOCK_N - 1) / BLOCK_N, p->kv_heads, p->batch), NUM_THREADS, SMEM_BYTES, stream>>>(
+        *p, q_map, k_map, v_map, do_map);
+    HOPATTN_CHECK(cudaGetLastError(), err, errlen);
+    if (p->deterministic) {
+        HOPATTN_CHECK(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DQ_SMEM_BYTES), err,
+                      errlen);
+        dq_kernel<<<dim3(rows / BLOCK_M, p->heads, p->batch), DQ_THREADS, DQ_SMEM_BYTES, stream>>>(*p);
+    } else {
+        dq_convert_kernel<<<dim3(rows / BLOCK_M, p->heads, p->batch), NUM_THREADS, 0, stream>>>(*p);
+    }
+    HOPATTN_CHECK(cudaGetLastError(), err, errlen);
+    return 0;
+}
+
+HOPATTN_EXPORT int hopattn_describe(KernelInfo* info, char* err, int errlen) {
+    return describe_kernel(dkdv_kernel, NUM_THREADS, SMEM_BYTES, BLOCK_M, BLOCK_N, info, err, errlen);
+}
