@@ -3,7 +3,7 @@
 // Stage 03 adds its share of dQ as stage 02 did: 8 red.global.add.v4.f32 per thread and step, one
 // request to L2 per 16 bytes. Both stages push the same rate of reduction bytes through L2 — about
 // 1 TB/s (17 GB at 8k in 16.1 ms; stage 02: 34 GB in 33.7 ms) — although stage 03 does its tensor
-// work twice as fast: the reductions' requests, not the products, set the pace. Here each warpgroup
+// work twice as fast: the reductions, not the products, set the pace. Here each warpgroup
 // writes its 64 x 64 fp32 share of dQ into shared memory (the accumulator's registers as they are,
 // 16 bytes per thread at a time, conflict-free) and one thread hands the whole 16 KB to the TMA unit
 // as one bulk reduce-add (cp.reduce.async.bulk ... .add.f32), which adds it into L2 in full lines
@@ -11,19 +11,13 @@
 // — a 16 KB block per (query block, warpgroup), each thread's floats where it wrote them — and the
 // conversion kernel puts every float back at its row and column.
 //
-// What stage 03 introduced, for reference:
-// Stages 01-02 run the backward on mma.sync, each operand fetched into registers by ldmatrix: the
-// tensor cores wait on the loads of a warp that is itself one of four. Here a CTA of two consumer
-// warpgroups holds 128 keys (64 each); one thread brings Q and dO in with the TMA, a step ahead,
-// in the 128-byte swizzled layout that wgmma reads straight from shared memory, and each
-// warpgroup issues its GEMMs as 64-row wgmma instructions. The operands are placed so that no
-// product needs a transpose in registers (FlashAttention-3's choice):
+// The rest is stage 03's: a CTA of two consumer warpgroups holds 128 keys (64 each); one thread
+// brings Q and dO in with the TMA a step ahead, into the 128-byte swizzled layout wgmma reads;
 //   Sᵀ  = K Qᵀ   and  dPᵀ = V dOᵀ   (M = the warpgroup's 64 keys, N = 64 queries; A, B from shared)
 //   dV += Pᵀ dO  and  dK += dSᵀ Q   (Pᵀ and dSᵀ are the accumulators above, rounded: A from registers)
 //   dQ  = dS K                      (dSᵀ written to shared memory as held, read back as an MN-major A;
 //                                    each warpgroup 64 of the 128 head-dim columns, over all 128 keys)
-// dQ is still added into the fp32 accumulator four floats at a time (stage 02); the deterministic
-// mode is still stage 02's second pass, on mma.sync.
+// The deterministic mode is still stage 02's second pass, on mma.sync.
 #include <cuda_bf16.h>
 
 #include "../../attention/common/ldmatrix.cuh"
