@@ -11,7 +11,7 @@ The custom ops ``torch.ops.hopattn.attention`` and ``attention_out`` are registe
 
 import sys
 
-__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage"]
+__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage", "rms_norm"]
 
 if "torch" in sys.modules:  # the caller uses torch: register the ops now, so torch.ops.hopattn.* exist
     from . import api  # noqa: F401
@@ -19,6 +19,10 @@ if "torch" in sys.modules:  # the caller uses torch: register the ops now, so to
 
 def __getattr__(name):
     # The API imports torch; load it only when asked for, so the lineage and results modules stay light.
+    if name == "rms_norm":  # Part II (hopattn.rmsnorm registers torch.ops.hopattn.rms_norm on import)
+        from . import rmsnorm
+
+        return rmsnorm.rms_norm
     if name in __all__:
         from . import api
 

@@ -25,6 +25,7 @@ from . import cpp, source_identity
 
 ATTENTION_DIR = Path(__file__).resolve().parent.parent / "attention"
 BACKWARD_DIR = ATTENTION_DIR.parent / "attention_backward"  # Act V: the backward pass, same form
+RMSNORM_DIR = ATTENTION_DIR.parent / "rmsnorm"  # Part II: a rowwise lineage (its spec: hopattn.rowwise)
 COMMON_DIR_NAME = "common"
 
 ARCHES = ("sm_80", "sm_90a")
