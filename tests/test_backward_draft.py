@@ -1,9 +1,9 @@
-"""Backward stage 04 waits in research/backward_stage04/ (its folder and the header it introduces)
-until a GPU run has tested and measured it. Here it is assembled beside the lineage's headers, read
-as a stage (its stage.toml checked as the lineage's are) and compiled with the project's flags (nvcc,
-no GPU): what its notes say the compiler made of it must stay true — no spills, no wgmma waits
-injected by ptxas, one bulk reduce-add and no vector reductions in the main kernel, shared memory
-as the spec's buffers add up."""
+"""Backward stages 04 and 05 wait in research/backward_next/ (their folders and the header 04
+introduces) until a GPU run has tested and measured them. Here each is assembled beside the lineage's headers (05 beside
+04, as it will be), read as a stage (its stage.toml checked as the lineage's are) and compiled with the
+project's flags (nvcc, no GPU): what its notes say the compiler made of it must stay true — no
+spills, no wgmma waits injected by ptxas, one bulk reduce-add and no vector reductions in the main
+kernel, shared memory as the spec's buffers add up; stage 05 without the second pass's kernel."""
 
 from __future__ import annotations
 
@@ -17,16 +17,20 @@ from hopattn import build, cuda_tools, lineage
 
 pytestmark = pytest.mark.nvcc
 
-WAITING = Path(__file__).resolve().parent.parent / "research" / "backward_stage04"
+WAITING = Path(__file__).resolve().parent.parent / "research" / "backward_next"
 
 
-def _stage_04(tmp_path: Path) -> lineage.Stage:
+DRAFTS = ("04_dq-bulk-reduce", "05_ordered-dq")
+
+
+def _draft(tmp_path: Path, name: str) -> lineage.Stage:
     kernels = tmp_path / "kernels"
-    shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
-    shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
-    shutil.copytree(WAITING / "common", kernels / "attention_backward" / "common", dirs_exist_ok=True)
-    shutil.copytree(WAITING / "04_dq-bulk-reduce", kernels / "attention_backward" / "04_dq-bulk-reduce")
-    return lineage.load_stage(kernels / "attention_backward" / "04_dq-bulk-reduce")
+    if not (kernels / "attention").is_dir():
+        shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
+        shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
+        shutil.copytree(WAITING / "common", kernels / "attention_backward" / "common", dirs_exist_ok=True)
+    shutil.copytree(WAITING / name, kernels / "attention_backward" / name)
+    return lineage.load_stage(kernels / "attention_backward" / name)
 
 
 def _tool_or_skip(name: str) -> str:
@@ -36,20 +40,24 @@ def _tool_or_skip(name: str) -> str:
         pytest.skip(str(err))
 
 
-def test_the_draft_reads_as_a_backward_stage(tmp_path):
-    stage = _stage_04(tmp_path)
+def test_the_drafts_read_as_the_next_backward_stages(tmp_path):
     last = lineage.discover(lineage.BACKWARD_DIR)[-1]
-    assert stage.number == last.number + 1 == 4, "the draft is the lineage's next stage"
-    assert stage.threads == 256 and (stage.block_m, stage.block_n) == (64, 128)
-    assert stage.smem_bytes == last.smem_bytes + 2 * 64 * 64 * 4  # stage 03's buffers + two dQ tiles
-    assert "Not measured yet" in (stage.dir / "notes.md").read_text()
+    four, five = (_draft(tmp_path, name) for name in DRAFTS)
+    assert (four.number, five.number) == (last.number + 1, last.number + 2) == (4, 5)
+    for stage in (four, five):
+        assert stage.threads == 256 and (stage.block_m, stage.block_n) == (64, 128)
+        assert stage.smem_bytes == last.smem_bytes + 2 * 64 * 64 * 4  # stage 03's buffers + two dQ tiles
+        assert stage.deterministic
+        assert "Not measured yet" in (stage.dir / "notes.md").read_text()
+    assert "dq_kernel" in four.kernel_path.read_text() and "dq_kernel" not in five.kernel_path.read_text()
 
 
-def test_the_draft_compiles_as_its_notes_say(tmp_path):
+@pytest.mark.parametrize("name", DRAFTS)
+def test_the_draft_compiles_as_its_notes_say(tmp_path, name):
     nvcc, cuobjdump = _tool_or_skip("nvcc"), _tool_or_skip("cuobjdump")
-    stage = _stage_04(tmp_path)
+    stage = _draft(tmp_path, name)
     flags = [f for f in build.nvcc_flags(stage) if f not in ("-shared", "-Xcompiler=-fPIC,-fvisibility=hidden")]
-    fatbin = tmp_path / "04.fatbin"
+    fatbin = tmp_path / f"{name}.fatbin"
     run = subprocess.run([nvcc, *flags, "-fatbin", "-o", str(fatbin), str(stage.kernel_path)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -67,5 +75,7 @@ def test_the_draft_compiles_as_its_notes_say(tmp_path):
         dump = dump[dump.index("Function : _Z11dkdv_kernel"):]
         dump = dump[:dump.index("Function :", 10)] if "Function :" in dump[10:] else dump
     assert dump.count("UBLKRED.G.S.ADD.F32") == 1
-    assert "REDG" not in dump and "SHFL" not in dump
+    assert "REDG.E.ADD.F32" not in dump and "SHFL" not in dump
+    # the deterministic mode's turn: stage 05's spin and count, nothing of the kind in stage 04
+    assert ("NANOSLEEP" in dump and "REDG.E.ADD.S32.STRONG.GPU" in dump) == (name == "05_ordered-dq")
     assert dump.count("HGMMA.64x64x16") == 24 and dump.count("HGMMA.64x128x16") == 8
