@@ -44,8 +44,8 @@ constexpr int Q_TILE_BYTES = BLOCK_M * HEAD_DIM * 2;
 constexpr int DS_TILE_BYTES = BLOCK_N * BLOCK_M * 2;  // dSᵀ: [128 keys][64 queries], one box wide
 constexpr int DQ_TILE_BYTES = BLOCK_M * BOX_COLS * 4;  // a warpgroup's dQ share, fp32: 16 KB
 constexpr int NUM_BARRIERS = 1 + Q_STAGES;            // K and V; each stage's Q and dO
-constexpr int SMEM_BYTES =
-    2 * KV_TILE_BYTES + Q_STAGES * 2 * Q_TILE_BYTES + DS_TILE_BYTES + CONSUMERS * DQ_TILE_BYTES + NUM_BARRIERS * 8;
+constexpr int SMEM_BYTES = 2 * KV_TILE_BYTES + Q_STAGES * 2 * Q_TILE_BYTES + DS_TILE_BYTES +
+                           CONSUMERS * DQ_TILE_BYTES + NUM_BARRIERS * 8 + 4;  // + the CTA's key block
 constexpr int DQ_BAR = 1;  // named barrier DQ_BAR + wg: warpgroup wg's 128 threads around its dQ tile (0 is __syncthreads)
 static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one block may have on sm_90");
 
@@ -80,6 +80,13 @@ __device__ __forceinline__ int padded_rows(int len) { return (len + BLOCK_M - 1)
 __device__ __forceinline__ int* dq_turns(const AttnBwdParams& p) {
     return reinterpret_cast<int*>(p.row_stats + 2 * (int64_t)p.batch * p.heads * padded_rows(p.len_q));
 }
+// And after them one ticket per (batch, K/V head): in the deterministic mode a CTA takes its key
+// block from it, so that key block n is only ever given to a CTA that started after the one with key
+// block n − 1 — the turns cannot wait on a CTA that has not started, whatever order the hardware
+// starts them in (blockIdx order is usual, not promised).
+__device__ __forceinline__ int* key_block_tickets(const AttnBwdParams& p) {
+    return dq_turns(p) + (int64_t)p.batch * p.heads * (padded_rows(p.len_q) / BLOCK_M) * CONSUMERS;
+}
 
 // --- 1. preprocess --------------------------------------------------------------------------------
 
@@ -92,6 +99,7 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const AttnBwdParams p) 
     const int head = blockIdx.y, batch = blockIdx.z;
     const int rows = padded_rows(p.len_q);
     const int64_t bh = (int64_t)batch * p.heads + head;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && head < p.kv_heads) key_block_tickets(p)[batch * p.kv_heads + head] = 0;
     float dot = 0.f;
     if (row < p.len_q) {
         const bf16* o = static_cast<const bf16*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1] + row * p.o_stride[2];
@@ -175,6 +183,12 @@ __device__ __forceinline__ void gemm_over_head_dim(float (&acc)[ST_REGS], uint32
 // warp's 16-byte stores of one j fill 512 contiguous bytes: four wavefronts, no conflicts).
 __host__ __device__ constexpr int dq_block_index(int t, int i) { return (i / 4 * 128 + t) * 4 + i % 4; }
 
+__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
+    int value;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(addr) : "memory");
+    return value;
+}
+
 // The turn counters: read with acquire (what the previous key block's thread released is visible
 // after it), added to with release (this thread's completed reduce-add is visible before the count).
 __device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
@@ -203,7 +217,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
     const int wg = threadIdx.x / 128;  // this warpgroup's keys: wg * 64 .. of the CTA's 128
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int group = lane / 4, quad = lane % 4;
-    const int key0 = blockIdx.x * BLOCK_N, kv_head = blockIdx.y, batch = blockIdx.z;
+    const int kv_head = blockIdx.y, batch = blockIdx.z;
     const int rows = padded_rows(p.len_q);
     const int group_size = p.heads / p.kv_heads;
     const float scale_log2 = p.scale * LOG2E;
@@ -220,6 +234,14 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
     const uint32_t dq_tiles = ds_tile + DS_TILE_BYTES;  // per warpgroup, its dQ share (dq_block_index order)
     const uint32_t kv_full = dq_tiles + CONSUMERS * DQ_TILE_BYTES;
     const uint32_t q_full = kv_full + 8;  // + 8 * stage
+    const uint32_t key_block_slot = q_full + 8 * Q_STAGES;
+
+    // The CTA's key block: its blockIdx, or in the deterministic mode the next ticket of its K/V head.
+    if (threadIdx.x == 0)
+        st_shared_b32(key_block_slot, deterministic ? atomicAdd(key_block_tickets(p) + batch * p.kv_heads + kv_head, 1)
+                                                    : blockIdx.x);
+    __syncthreads();
+    const int key_block = ld_shared_s32(key_block_slot), key0 = key_block * BLOCK_N;
 
     // The steps: every query block that sees these keys, of every query head of the group.
     const int first_block = first_query_block(key0, p.len_q, p.len_k, causal);
@@ -356,7 +378,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
             named_barrier_sync<128>(DQ_BAR + wg);
             if (issuer) {
                 int* turn = dq_turns(p) + (bh * (rows / BLOCK_M) + q0 / BLOCK_M) * CONSUMERS + wg;
-                if (deterministic) wait_for_turn(turn, blockIdx.x);
+                if (deterministic) wait_for_turn(turn, key_block);
                 bulk_reduce_add_f32(p.dq_accum + ((bh * rows + q0) * 2 + wg * BLOCK_M) * BOX_COLS, dq_tile, DQ_TILE_BYTES);
                 bulk_commit_group();
                 if (deterministic) {  // done, then the next key block's turn
@@ -419,8 +441,10 @@ __global__ void __launch_bounds__(NUM_THREADS) dq_convert_kernel(const AttnBwdPa
 HOPATTN_EXPORT int hopattn_backward_workspace(const AttnBwdParams* p, int64_t* row_stats_floats,
                                               int64_t* dq_accum_floats) {
     const int64_t rows = (int64_t)(p->len_q + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
-    // D and lse₂ per row, then the deterministic mode's turn counters (ints) per query block and half.
-    *row_stats_floats = 2 * (int64_t)p->batch * p->heads * rows + (int64_t)p->batch * p->heads * (rows / BLOCK_M) * CONSUMERS;
+    // D and lse₂ per row, then the deterministic mode's turn counters (ints) per query block and half,
+    // then its key-block tickets per K/V head.
+    *row_stats_floats = 2 * (int64_t)p->batch * p->heads * rows + (int64_t)p->batch * p->heads * (rows / BLOCK_M) * CONSUMERS +
+                        (int64_t)p->batch * p->kv_heads;  // + the key-block tickets
     *dq_accum_floats = (int64_t)p->batch * p->heads * rows * HEAD_DIM;  // both modes
     return 0;
 }

@@ -58,7 +58,7 @@ constexpr int DQ_BUFFERS = 2;  // per consumer: step i + 1's share is written wh
 // mbarriers: K and V full; per stage Q/dO full and empty; per consumer and dQ buffer full and empty.
 constexpr int NUM_BARRIERS = 1 + 2 * Q_STAGES + 2 * CONSUMERS * DQ_BUFFERS;
 constexpr int SMEM_BYTES = 2 * KV_TILE_BYTES + Q_STAGES * (2 * Q_TILE_BYTES + STATS_BYTES) + DS_TILE_BYTES +
-                           CONSUMERS * DQ_BUFFERS * DQ_TILE_BYTES + NUM_BARRIERS * 8;
+                           CONSUMERS * DQ_BUFFERS * DQ_TILE_BYTES + NUM_BARRIERS * 8 + 4;  // + the CTA's key block
 constexpr int DS_FREE_BAR = 1;  // named barriers of the two consumers (256 threads; 0 is __syncthreads):
 constexpr int DS_FULL_BAR = 2;  // dSᵀ may be overwritten / both halves of dSᵀ are in
 static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one block may have on sm_90");
@@ -94,6 +94,13 @@ __device__ __forceinline__ int padded_rows(int len) { return (len + BLOCK_M - 1)
 __device__ __forceinline__ int* dq_turns(const AttnBwdParams& p) {
     return reinterpret_cast<int*>(p.row_stats + 2 * (int64_t)p.batch * p.heads * padded_rows(p.len_q));
 }
+// And after them one ticket per (batch, K/V head): in the deterministic mode a CTA takes its key
+// block from it, so that key block n is only ever given to a CTA that started after the one with key
+// block n − 1 — the turns cannot wait on a CTA that has not started, whatever order the hardware
+// starts them in (blockIdx order is usual, not promised).
+__device__ __forceinline__ int* key_block_tickets(const AttnBwdParams& p) {
+    return dq_turns(p) + (int64_t)p.batch * p.heads * (padded_rows(p.len_q) / BLOCK_M) * CONSUMERS;
+}
 
 // --- 1. preprocess --------------------------------------------------------------------------------
 
@@ -106,6 +113,7 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const AttnBwdParams p) 
     const int head = blockIdx.y, batch = blockIdx.z;
     const int rows = padded_rows(p.len_q);
     const int64_t bh = (int64_t)batch * p.heads + head;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && head < p.kv_heads) key_block_tickets(p)[batch * p.kv_heads + head] = 0;
     float dot = 0.f;
     if (row < p.len_q) {
         const bf16* o = static_cast<const bf16*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1] + row * p.o_stride[2];
@@ -221,6 +229,7 @@ struct Smem {
     uint32_t kv_full;         // mbarriers, 8 bytes each
     uint32_t q_full, q_empty;             // + 8 * stage
     uint32_t dq_full, dq_empty;           // + 8 * (consumer * DQ_BUFFERS + buffer)
+    uint32_t key_block;                   // s32: the CTA's key block
 
     __device__ uint32_t dq_tile(int c, int b) const { return dq + (c * DQ_BUFFERS + b) * DQ_TILE_BYTES; }
     __device__ uint32_t dq_bar(uint32_t base, int c, int b) const { return base + 8 * (c * DQ_BUFFERS + b); }
@@ -240,13 +249,14 @@ __device__ __forceinline__ Smem smem_layout(uint32_t base) {
     s.q_empty = s.q_full + 8 * Q_STAGES;
     s.dq_full = s.q_empty + 8 * Q_STAGES;
     s.dq_empty = s.dq_full + 8 * CONSUMERS * DQ_BUFFERS;
+    s.key_block = s.dq_empty + 8 * CONSUMERS * DQ_BUFFERS;
     return s;
 }
 
 // The CTA's steps: every query block that sees its keys, of every query head of the K/V head's group,
 // in the same order for every role.
 struct Steps {
-    int kv_head, batch, group_size, first_block, blocks, rows;
+    int key_block, kv_head, batch, group_size, first_block, blocks, rows;
     __device__ int count() const { return group_size * blocks; }
     __device__ int head(int step) const { return kv_head * group_size + step / blocks; }
     __device__ int q0(int step) const { return (first_block + step % blocks) * BLOCK_M; }
@@ -276,37 +286,45 @@ __device__ void load_role(const AttnBwdParams& p, const Smem& s, const Steps& st
     }
 }
 
-// --- the producer's second warp: dQ --------------------------------------------------------------
+// --- the producer's second and third warps: dQ, a warp per consumer ----------------------------------
 
-// Each step, each consumer's share: wait for its tile, add it into the accumulator with one bulk
-// reduce-add, and give the tile back once the copy engine has read it. Deterministic: in key order,
-// the reduce-add complete before the next key block's turn.
-__device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& steps) {
+// Each step, consumer c's share: wait for its tile, add it into the accumulator with one bulk
+// reduce-add, and give the tile back once the copy engine is done with it. One operation stays in
+// flight while the next tile fills (cp.async.bulk.wait_group.read compiles to the same wait as the
+// full completion: the tile of step i − 1 is handed back after step i's reduce-add is issued).
+// Deterministic: in key order, each reduce-add complete before the next key block's turn.
+__device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int c) {
     const bool deterministic = p.deterministic != 0;
     for (int step = 0; step < steps.count(); ++step) {
         const int b = step % DQ_BUFFERS;
         const int64_t bh = (int64_t)steps.batch * p.heads + steps.head(step);
         const int q0 = steps.q0(step);
-        for (int c = 0; c < CONSUMERS; ++c) {
-            mbarrier_wait(s.dq_bar(s.dq_full, c, b), (step / DQ_BUFFERS) & 1);
-            int* turn = dq_turns(p) + (bh * (steps.rows / BLOCK_M) + q0 / BLOCK_M) * CONSUMERS + c;
-            if (deterministic) wait_for_turn(turn, blockIdx.x);
-            bulk_reduce_add_f32(p.dq_accum + ((bh * steps.rows + q0) * 2 + c * BLOCK_M) * BOX_COLS, s.dq_tile(c, b),
-                                DQ_TILE_BYTES);
-            bulk_commit_group();
-            if (deterministic) {  // done, then the next key block's turn
-                bulk_wait_group<0>();
-                fence_proxy_async_global();
-                red_release_gpu_add(turn, 1);
-            } else {
-                bulk_wait_group_read<0>();
-            }
+        mbarrier_wait(s.dq_bar(s.dq_full, c, b), (step / DQ_BUFFERS) & 1);
+        int* turn = dq_turns(p) + (bh * (steps.rows / BLOCK_M) + q0 / BLOCK_M) * CONSUMERS + c;
+        if (deterministic) wait_for_turn(turn, steps.key_block);
+        bulk_reduce_add_f32(p.dq_accum + ((bh * steps.rows + q0) * 2 + c * BLOCK_M) * BOX_COLS, s.dq_tile(c, b),
+                            DQ_TILE_BYTES);
+        bulk_commit_group();
+        if (deterministic) {  // done, then the next key block's turn, and the tile back
+            bulk_wait_group<0>();
+            fence_proxy_async_global();
+            red_release_gpu_add(turn, 1);
             mbarrier_arrive(s.dq_bar(s.dq_empty, c, b));
+        } else if (step > 0) {  // the previous step's operation is done: its tile back
+            bulk_wait_group_read<1>();
+            mbarrier_arrive(s.dq_bar(s.dq_empty, c, (step - 1) % DQ_BUFFERS));
         }
     }
+    bulk_wait_group_read<0>();  // the last tile is read before the CTA may exit
 }
 
 // --- the consumers --------------------------------------------------------------------------------
+
+__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
+    int value;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(addr) : "memory");
+    return value;
+}
 
 __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
     float2 v;
@@ -467,16 +485,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
                                                               const __grid_constant__ CUtensorMap do_map) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const Smem s = smem_layout(smem_addr(smem));
-    const int key0 = blockIdx.x * BLOCK_N;
-    Steps steps;
-    steps.kv_head = blockIdx.y;
-    steps.batch = blockIdx.z;
-    steps.group_size = p.heads / p.kv_heads;
-    steps.rows = padded_rows(p.len_q);
-    steps.first_block = first_query_block(key0, p.len_q, p.len_k, p.causal != 0);
-    steps.blocks = steps.rows / BLOCK_M - steps.first_block;
-
     if (threadIdx.x == 0) {
+        // The CTA's key block: its blockIdx, or in the deterministic mode its K/V head's next ticket.
+        st_shared_b32(s.key_block, p.deterministic ? atomicAdd(key_block_tickets(p) + blockIdx.z * p.kv_heads + blockIdx.y, 1)
+                                                   : blockIdx.x);
         mbarrier_init(s.kv_full, 1);
         for (int st = 0; st < Q_STAGES; ++st) {
             mbarrier_init(s.q_full + 8 * st, 1);                     // the loader's arrive.expect_tx (+ the bytes)
@@ -485,18 +497,28 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
         for (int c = 0; c < CONSUMERS; ++c)
             for (int b = 0; b < DQ_BUFFERS; ++b) {
                 mbarrier_init(s.dq_bar(s.dq_full, c, b), 128);  // every thread of consumer c, after its stores
-                mbarrier_init(s.dq_bar(s.dq_empty, c, b), 1);   // the dQ warp, once the copy engine has read it
+                mbarrier_init(s.dq_bar(s.dq_empty, c, b), 1);   // consumer c's dQ warp, once the copy engine is done
             }
         fence_proxy_async_shared();  // the copy engine must see the initialised barriers
     }
     __syncthreads();  // the last CTA-wide barrier: from here on the roles meet only on mbarriers
+
+    Steps steps;
+    steps.key_block = ld_shared_s32(s.key_block);
+    const int key0 = steps.key_block * BLOCK_N;
+    steps.kv_head = blockIdx.y;
+    steps.batch = blockIdx.z;
+    steps.group_size = p.heads / p.kv_heads;
+    steps.rows = padded_rows(p.len_q);
+    steps.first_block = first_query_block(key0, p.len_q, p.len_k, p.causal != 0);
+    steps.blocks = steps.rows / BLOCK_M - steps.first_block;
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
         const int warp = threadIdx.x / 32;
         if (warp == 0 && threadIdx.x % 32 == 0) load_role(p, s, steps, key0, &q_map, &k_map, &v_map, &do_map);
-        if (warp == 1 && threadIdx.x % 32 == 0) dq_role(p, s, steps);
+        if (warp >= 1 && warp <= CONSUMERS && threadIdx.x % 32 == 0) dq_role(p, s, steps, warp - 1);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
         consumer_role(p, s, steps, key0, wg - 1);
@@ -531,8 +553,10 @@ __global__ void __launch_bounds__(CONSUMER_THREADS) dq_convert_kernel(const Attn
 HOPATTN_EXPORT int hopattn_backward_workspace(const AttnBwdParams* p, int64_t* row_stats_floats,
                                               int64_t* dq_accum_floats) {
     const int64_t rows = (int64_t)(p->len_q + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
-    // D and lse₂ per row, then the deterministic mode's turn counters (ints) per query block and half.
-    *row_stats_floats = 2 * (int64_t)p->batch * p->heads * rows + (int64_t)p->batch * p->heads * (rows / BLOCK_M) * CONSUMERS;
+    // D and lse₂ per row, then the deterministic mode's turn counters (ints) per query block and half,
+    // then its key-block tickets per K/V head.
+    *row_stats_floats = 2 * (int64_t)p->batch * p->heads * rows + (int64_t)p->batch * p->heads * (rows / BLOCK_M) * CONSUMERS +
+                        (int64_t)p->batch * p->kv_heads;  // + the key-block tickets
     *dq_accum_floats = (int64_t)p->batch * p->heads * rows * HEAD_DIM;  // both modes
     return 0;
 }
