@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urldefrag
 
 import pytest
 from conftest import REPO
@@ -134,7 +135,7 @@ def _check_legible_at_both_widths(browser, base, pages):
         for n, path in enumerate(pages):
             if n and n % 10 == 0:
                 progress(f"at {width} px: {n} of {len(pages)} pages")
-            browser.get(base + path)
+            _get(browser, base + path)
             figures = _check_figures(browser, path)
             counted += len(figures)
             if width == 1400 and path != "gallery/":  # the gallery's are thumbnails: full screen reads them
@@ -162,7 +163,7 @@ def _check_legible_at_both_widths(browser, base, pages):
 
 
 def _check_gallery(browser, base):
-    browser.get(base + "gallery/")
+    _get(browser, base + "gallery/")
     grid = browser.find_element("css selector", ".hd-gallery")
     total = int(grid.get_attribute("data-total"))
     def shown():
@@ -230,14 +231,14 @@ def _check_site(browser, site_dir, stage_pages):
     try:
         for path in ["", "gallery/", "models/", *stage_pages]:
             browser.get_log("browser")  # drop what earlier pages logged
-            browser.get(base + path)
+            _get(browser, base + path)
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert not errors, f"{path}: console errors {errors}"
             assert browser.execute_script(FIND_EMPTY) == [], f"{path}: pictures rendered at zero size"
             assert browser.find_elements("css selector", "h1"), f"{path}: no title"
         # The diff tabs of a stage with a predecessor switch between unified and side by side.
         if len(stage_pages) > 1:
-            browser.get(base + stage_pages[1] + "#diff")
+            _get(browser, base + stage_pages[1] + "#diff")
             # the diff is a file of its own, loaded as the reader nears it (at once, for a link to #diff)
             _wait(browser, "return !!document.querySelector('.hd-file .tabbed-set .hd-unified')", "the diff to load")
             tabs = browser.find_elements("css selector", ".hd-file .tabbed-set")
@@ -283,9 +284,10 @@ def test_a_backward_page_in_browser(browser, tmp_path):
     try:
         for width in (1400, 390):
             _width(browser, width)
-            browser.get(base + path)
+            _get(browser, base + path)
             figures = _check_figures(browser, path)
-            assert {f["kind"] for f in figures} >= {"memory", "dq", "roles", "timeline"}, figures
+            assert {f["kind"] for f in figures} >= {"memory", "dq", "roles", "timeline"}, (
+                f"{path} at {width} px: {figures}; the page: {_page_state(browser)}")
             if width == 390:
                 _check_lead(browser, path)
             else:
@@ -367,6 +369,50 @@ def _wait(browser, script: str, what: str, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     while not browser.execute_script(script):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+# What the browser shows, for a failure's message: a page that was not (yet) the one asked for.
+PAGE_STATE = """
+return {url: location.href, title: document.title, readyState: document.readyState,
+        figures: document.querySelectorAll('.md-content figure.hd-figure').length,
+        shown: [...document.querySelectorAll('.md-content figure.hd-figure')].filter(f => f.offsetParent !== null).length};
+"""
+
+
+def _page_state(browser) -> dict:
+    return browser.execute_script(PAGE_STATE)
+
+
+def _get(browser, url: str, seconds: float = 30) -> None:
+    """browser.get, then wait for the new document to have loaded (readyState 'complete').
+
+    WebDriver's Navigate is meant to return at the load event, and chromedriver (150) does not always
+    wait: when the old page's teardown (Material's search worker detaching, its execution contexts
+    cleared) reaches it just after Page.navigate's reply, it finds no navigation pending and returns at
+    once, with the new document still parsing its <head> (readyState 'loading', no figure in it yet).
+    About one navigation in ten here, same origin or not; the backward page's test once measured no
+    figure at all for that reason. The old window is marked first, so that neither it (a get that
+    returned before the new document replaced it, at the same URL too) nor a new document still
+    loading passes. A link to a place on the page shown (only its #fragment differs) loads nothing:
+    no wait then."""
+    from selenium.common.exceptions import WebDriverException
+
+    same_document = "#" in url and urldefrag(url)[0] == urldefrag(browser.current_url)[0]
+    if not same_document:
+        browser.execute_script("window.__hdLeaving = true")
+    browser.get(url)
+    if same_document:
+        return
+    deadline = time.monotonic() + seconds
+    while True:
+        try:  # a document replaced while the script runs: ask again
+            if browser.execute_script("return !window.__hdLeaving && document.readyState === 'complete'"):
+                return
+        except WebDriverException:
+            if time.monotonic() >= deadline:
+                raise
+        assert time.monotonic() < deadline, f"timed out waiting for {url} to load: {_page_state(browser)}"
         time.sleep(0.05)
 
 
