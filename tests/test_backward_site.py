@@ -289,3 +289,176 @@ def test_the_figures_are_accessible_stable_and_legible():
         if d.kind != "timeline":
             assert text_problems(d.svg, d.width, d.height) == [], d.id
     assert roles_diagram(stage, [stage]).signature == roles_diagram(stage, [stage]).signature
+
+
+# --- stage 03: the five GEMMs in FlashAttention-3's form, from the spec ---------------------------
+
+THIRD = "03_wgmma"
+
+
+def _stage(name) -> lineage.Stage:
+    return lineage.load_stage(lineage.BACKWARD_DIR / name)
+
+
+def _where(stage) -> dict:
+    return {(g.kind, ch.role): (ch.place.tensor, ch.place.level, ch.place.how) for g, chips in plan(stage)
+            for ch in chips}
+
+
+def _dkdv_loop(stage) -> str:
+    kernel = stage.kernel_path.read_text()
+    body = kernel[kernel.index(f") {stage.kernel}(") if f") {stage.kernel}(" in kernel else 0:]
+    return body[:body.index("\n}\n")]
+
+
+def test_the_diagram_keys_that_say_the_gemms_form():
+    keys = {name: doc for name, _expected, doc in lineage.spec_keys()["[diagram]"]}
+    assert "Sᵀ = K Qᵀ" in keys["transposed_scores"] and "dQ pass" in keys["dq_pass_keys"]
+    third = _stage(THIRD)
+    assert third.diagram.transposed_scores and third.diagram.p_operand == "registers"
+    assert third.diagram.dq_pass_keys == third.constants()["DQ_KEYS"] == 64 != third.block_n
+    for name in (FIRST, "02_vector-atomics"):  # FlashAttention-2's form; the pass walks their own key blocks
+        stage = _stage(name)
+        assert not stage.diagram.transposed_scores and stage.diagram.dq_pass_keys is None
+        assert stage.constants().get("DQ_KEYS", stage.block_n) == stage.block_n
+
+
+def test_a_diagram_key_of_the_wrong_type_names_its_field(bwd_root):
+    spec = bwd_root / "kernels" / "attention_backward" / FIRST / "stage.toml"
+    spec.write_text(spec.read_text().replace("[diagram]\n", '[diagram]\ntransposed_scores = "yes"\n', 1))
+    with pytest.raises(lineage.SpecError, match=r"diagram\.transposed_scores"):
+        lineage.load_spec(spec)
+
+
+def test_stage_03_operands_are_fa3s_placement():
+    stage = _stage(THIRD)
+    where = _where(stage)
+    assert [g.formula for g, _ in plan(stage)] == ["Sᵀ = K Qᵀ", "dPᵀ = V dOᵀ", "dV += Pᵀ dO", "dK += dSᵀ Q",
+                                                   "dQ += dS K"]
+    # Sᵀ and dPᵀ: M = the warpgroup's keys; A = K or V rows, B = Q or dO, both K-major from shared memory
+    assert where[("qk", "A")] == ("K", "smem", "wgmma desc., K-major")
+    assert where[("qk", "B")] == ("Qᵀ", "smem", "wgmma desc., K-major")
+    assert where[("dp", "A")] == ("V", "smem", "wgmma desc., K-major")
+    assert where[("dp", "B")] == ("dOᵀ", "smem", "wgmma desc., K-major")
+    assert where[("qk", "C")][:2] == ("Sᵀ", "regs") and where[("dp", "C")][:2] == ("dPᵀ", "regs")
+    # dV and dK: A from the accumulators above (wgmma RS), B = dO and Q MN-major
+    assert where[("dv", "A")] == ("Pᵀ", "regs", "wgmma RS, bf16")
+    assert where[("dk", "A")] == ("dSᵀ", "regs", "wgmma RS, bf16")
+    assert where[("dv", "B")] == ("dO", "smem", "wgmma desc., MN-major")
+    assert where[("dk", "B")] == ("Q", "smem", "wgmma desc., MN-major")
+    # dQ: dS read MN-major from the dSᵀ tile (stored as held), K MN-major
+    assert where[("dq", "A")] == ("dS", "smem", "wgmma desc., MN-major")
+    assert where[("dq", "B")] == ("K", "smem", "wgmma desc., MN-major")
+    assert where[("dq", "C")] == ("dQ", "global", "red.global.add.v4.f32")
+    # ... which is what kernel.cu issues
+    loop = _dkdv_loop(stage)
+    assert "gemm_over_head_dim(st, k_rows, q_k)" in loop and "gemm_over_head_dim(dpt, v_rows, do_k)" in loop
+    assert "wgmma_m64n128k16_bf16_rs<1>(dv, p_frag" in loop and "wgmma_m64n128k16_bf16_rs<1>(dk, ds_frag" in loop
+    assert "wgmma_m64n64k16_bf16_ss_mn_a<1>(dq, desc_at(ds_a" in loop
+    svg = operands_diagram(stage, [stage]).svg
+    for text in ("Sᵀ = K Qᵀ", "dPᵀ = V dOᵀ", ">A: K<", "B: Qᵀ", "A: Pᵀ", "A: dSᵀ", "wgmma RS, bf16", "C: Sᵀ",
+                 "Pᵀ, dSᵀ bf16", "from Sᵀ and dPᵀ", "fence.proxy.async", "Pᵀ = 2^(Sᵀ·c − lse)"):
+        assert text in svg, text
+    for wrong in ("S = Q Kᵀ", ">A: Q<", ">C: S<", ">P, dS<"):  # stage 01-02's form
+        assert wrong not in svg, wrong
+    cap = operands_diagram(stage, lineage.discover(lineage.BACKWARD_DIR)).caption
+    assert cap.startswith("Against backward stage 02: Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (M = keys); the A of dV and dK "
+                          "from registers (Pᵀ and dSᵀ); dQ's A read MN-major from the dSᵀ tile in shared memory;")
+
+
+def test_the_form_and_the_register_operands_follow_the_spec_keys():
+    stage = _stage(THIRD)
+    # the same kernel described in FlashAttention-2's form: S = Q Kᵀ, and dS as held is dQ's A in registers
+    plain = dataclasses.replace(stage, diagram=dataclasses.replace(stage.diagram, transposed_scores=False))
+    where = _where(plain)
+    assert where[("qk", "A")][:2] == ("Q", "smem") and where[("qk", "B")][:2] == ("Kᵀ", "smem")
+    assert where[("dq", "A")][:2] == ("dS", "regs") and where[("dk", "A")][:2] == ("dSᵀ", "smem")
+    # p_operand = "smem": every P and dS through their buffers, as stages 01-02
+    shared = dataclasses.replace(stage, diagram=dataclasses.replace(stage.diagram, p_operand="smem"))
+    assert _where(shared)[("dv", "A")][1] == "regs"  # P has no buffer at stage 03
+    assert _where(shared)[("dk", "A")] == ("dSᵀ", "smem", "wgmma desc., K-major")  # dSᵀ as held: K = queries
+
+
+def test_stage_03_roles_are_warpgroups_of_keys_meeting_at_two_barriers():
+    stage = _stage(THIRD)
+    p = protocol(stage)
+    labels = [s.label for s in p.syncs]
+    step_end = "bar.sync: every read of the step's Q, dO and dSᵀ is done: they may be overwritten"
+    assert labels == ["bar.sync: dSᵀ in shared memory", step_end] * 2
+    loop = _dkdv_loop(stage)
+    body = loop[loop.index("for (int step = 0; step < steps; ++step)"):]
+    assert body.count("__syncthreads()") == 2  # the kernel's two barriers per step
+    assert body.index("fence_proxy_async_shared()") < body.index("__syncthreads()") < body.index("wgmma_m64n64k16")
+    # Q and dO: one thread's TMA on mbarriers, a step ahead: block 1's tiles land while block 0 computes
+    ev = {(e.kind, e.block): e for e in p.events}
+    assert ev[("load_q", 1)].end <= ev[("dq", 0)].start and ev[("qk", 1)].start >= ev[("dq", 0)].end
+    notes = " ".join(p.notes)
+    assert "Sᵀ, dPᵀ, Pᵀ and dSᵀ, dV, and dK: each warpgroup its 64 keys" in notes
+    assert "dQ: each warpgroup the step's 64 query rows × 64 of the 128 head-dim columns, over all 128 keys" in notes
+    assert "nothing goes through ldmatrix" in notes and "one thread starts each TMA" in notes
+    assert "transposed" not in notes and "each warp its" not in notes
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    d = roles_diagram(stage, stages)
+    for text in ("warpgroup 0 · 64 keys: 0–63", "warpgroup 1 · 64 keys: 64–127", "Sᵀ = K Qᵀ", "Sᵀ 0", "dPᵀ 1",
+                 "· dSᵀ in shared memory", "(2 a query block)"):
+        assert text in d.svg, text
+    assert "8 warps: 2 warpgroups of 64 keys" in d.caption and "2 CTA barriers a query block" in d.caption
+    # the timeline's legend speaks the same form
+    tl = next(x for x in backward_diagrams(stage, stages) if x.kind == "timeline")
+    assert "Sᵀ = K Qᵀ" in tl.svg and "S = QKᵀ" not in tl.svg
+
+
+def test_stage_03_dq_pass_walks_its_own_key_step():
+    stage = _stage(THIRD)
+    svg = dq_diagram(stage, [stage]).svg
+    assert "CTA of keys 0–127" in svg  # the main kernel's key blocks add their shares
+    assert "keys 0–63" in svg and "keys 64–127" in svg and "walks the keys in order, 64 a step" in svg
+    assert "the main kernel's Sᵀ, dPᵀ, dV and dK (4 GEMMs)" in svg
+    assert "128–255" not in svg.split("Deterministic mode")[1]
+    facts_line = render_facts(stage)
+    assert "256 threads: compute (8 warps, 2 warpgroups)" in facts_line and "a CTA per 128 keys" in facts_line
+    assert f"{bwd.gemm_flops(stage) / 1e6:.2f}" == "2.10"  # per 64 x 128 block pair
+
+
+def render_facts(stage) -> str:
+    from site_gen.pages.backward import _facts
+
+    return _facts(stage)
+
+
+# The figures of stages 01-02 as they were drawn before stage 03 taught the generator FlashAttention-3's
+# form (sha256 of svg + NUL + caption; the roles figures' <desc> left out: it said "the 5 CTA barriers of
+# a block" for 3 a block and now counts them per block). A change here is a change to those pages:
+# make it on purpose and update the hashes.
+FIRST_FIGURES = {"b01-operands": "eb86919dc2a7439abfc1", "b01-dq": "b7d3d38f083e71f66bfa",
+                 "b01-roles": "0eafbaa31dde17ed0ff9", "b01-timeline": "ae76546c3d03d41283b5",
+                 "b02-operands": "fffcd6cd90f1b1bd6af3", "b02-dq": "662a634b9a00a1d3d3f4",
+                 "b02-roles": "26213f025566b913aa49", "b02-timeline": "243a39fe9ec6b2027430"}
+
+
+def test_stages_01_and_02_figures_are_unchanged():
+    import hashlib
+
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    got = {}
+    for stage in stages[:2]:
+        for d in backward_diagrams(stage, stages):
+            svg = d.svg
+            if d.kind == "roles":
+                desc = re.search(r"<desc[^>]*>([^<]*)</desc>", svg)
+                assert desc and "(3 a query block)" in desc.group(1), d.id
+                svg = svg.replace(desc.group(0), "")
+            got[d.id] = hashlib.sha256((svg + "\0" + d.caption).encode()).hexdigest()[:20]
+    assert got == FIRST_FIGURES
+
+
+def test_stage_03_figures_are_legible_and_stable():
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    stage = stages[2]
+    drawn = backward_diagrams(stage, stages)
+    assert [d.svg for d in backward_diagrams(stage, stages)] == [d.svg for d in drawn]
+    for d in drawn:
+        sizes = [float(x) for x in re.findall(r'font-size="([\d.]+)"', d.svg)]
+        assert min(sizes) >= (12 if d.kind in ("roles", "dq") else 11), d.id
+        if d.kind != "timeline":
+            assert text_problems(d.svg, d.width, d.height) == [], d.id

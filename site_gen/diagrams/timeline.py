@@ -33,6 +33,18 @@ BACKWARD_LEGEND = (("load_q", "load Q"), ("load_do", "load dO"), ("load_kv", "lo
                    ("dv", "dV += Pᵀ dO"), ("dk", "dK += dSᵀ Q"), ("dq", "dQ += dS K"), ("store_dkdv", "store dK, dV"))
 
 
+def backward_legend(stage) -> tuple[tuple[str, str], ...]:
+    """BACKWARD_LEGEND in the stage's form of the GEMMs: with transposed scores ([diagram]
+    transposed_scores) Sᵀ = K Qᵀ, dPᵀ = V dOᵀ and Pᵀ, dSᵀ."""
+    from .backward import facts as bwd  # (the backward's package imports this module)
+
+    if not bwd.transposed(stage):
+        return BACKWARD_LEGEND
+    forms = {g.kind: g.formula for g in bwd.gemms(stage)}
+    forms["softmax"] = f"{bwd.held_name(stage, 'P')}, {bwd.held_name(stage, 'dS')}"
+    return tuple((k, forms[k] if k in ("qk", "dp", "softmax") else label) for k, label in BACKWARD_LEGEND)
+
+
 def loop_words(stage) -> dict[str, str]:
     """What one iteration of the stage's loop is called: a K/V tile's (forward) or a query block's
     (backward, whose CTA owns a block of keys and walks the query blocks)."""
@@ -214,7 +226,7 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
 
 def _backward_end(c, stage, kinds, did, title, height) -> Diagram:
     """The backward's legend (its own colours, in rows that fit the width) and caption."""
-    items = [(BACKWARD_COLOUR[k], label) for k, label in BACKWARD_LEGEND if k in kinds]
+    items = [(BACKWARD_COLOUR[k], label) for k, label in backward_legend(stage) if k in kinds]
     rows, row, x = [], [], 12
     for key, label in items:
         w = 13 + 4 + text_width(label, 13) + 16

@@ -83,7 +83,10 @@ def lead_figure(mine, lead: str | None, site) -> str:
 
 
 def _facts(stage) -> str:
+    groups = bwd_facts.mma(stage) == "wgmma"  # wgmma's issuers: warpgroups of four warps
     roles = ", ".join(f"{r.name} ({len(r.warps)} warp{'s' if len(r.warps) > 1 else ''}"
+                      + (f", {len(r.warps) // 4} warpgroup{'s' if len(r.warps) > 4 else ''}"
+                         if groups and len(r.warps) % 4 == 0 else "")
                       + (f", {r.registers} regs" if r.registers else "") + ")" for r in stage.roles)
     smem = f"{stage.smem_bytes / 1024:.0f} KiB shared memory" if stage.smem_bytes else "no shared memory"
     path = bwd_facts.dq_path(stage)

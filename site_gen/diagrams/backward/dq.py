@@ -36,7 +36,8 @@ def _para(c, y, text, size=12, fill="fg") -> float:
 
 
 def signature(stage) -> str:
-    return repr((facts.dq_path(stage), stage.block_m, stage.block_n, stage.head_dim, stage.deterministic))
+    return repr((facts.dq_path(stage), stage.block_m, stage.block_n, stage.head_dim, stage.deterministic,
+                 _pass_keys(stage), [g.out_shown for g in facts.gemms(stage)]))
 
 
 def dq_diagram(stage, stages) -> Diagram:
@@ -61,12 +62,16 @@ def dq_diagram(stage, stages) -> Diagram:
         y += 14
         c.line(12, y - 8, W - 12, y - 8, stroke="grid", sw=1)
         if path.deterministic == "second pass" and path.atomic:
+            step = _pass_keys(stage)
+            walk = "the key blocks in order" if step == n else f"the keys in order, {step} a step"
             y = _in_registers(c, stage, y + 12, "Deterministic mode: a second pass, no atomics",
-                              "the main kernel computes dK and dV only; a CTA per query block then walks the key "
-                              "blocks in order")
-            y = _para(c, y + 4, f"Tensor work per (query block, key block): the main kernel's S, dP, dV and dK (4 "
-                                f"GEMMs) and the pass's S, dP and dQ (3), 7 of {facts.gemm_flops(stage) / 1e6:.2f} "
-                                "MFLOP against the default's 5, and every addition in the same order on every run.")
+                              f"the main kernel computes dK and dV only; a CTA per query block then walks {walk}",
+                              step)
+            main = {g.kind: g.out_shown for g in facts.gemms(stage)}
+            y = _para(c, y + 4, f"Tensor work per (query block, key block): the main kernel's {main['qk']}, "
+                                f"{main['dp']}, dV and dK (4 GEMMs) and the pass's S, dP and dQ (3), 7 of "
+                                f"{facts.gemm_flops(stage) / 1e6:.2f} MFLOP against the default's 5, and every "
+                                "addition in the same order on every run.")
         elif path.deterministic == "ordered":
             y = _para(c, y + 12, "Deterministic mode: the key blocks add their shares in their order, each waiting "
                                  "for the one before it, so the sum is the same on every run.", size=13)
@@ -117,8 +122,14 @@ def _atomics(c, stage, path, y) -> float:
     return y
 
 
-def _in_registers(c, stage, y, head, sub) -> float:
-    m, n, d = stage.block_m, stage.block_n, stage.head_dim
+def _pass_keys(stage) -> int:
+    """Keys per step of the deterministic dQ pass ([diagram] dq_pass_keys; left out: block_n)."""
+    return stage.diagram.dq_pass_keys or stage.block_n
+
+
+def _in_registers(c, stage, y, head, sub, n=None) -> float:
+    m, d = stage.block_m, stage.head_dim
+    n = n or stage.block_n
     c.text(12, y + 8, head, size=13, weight="700")
     c.text(12, y + 28, sub, size=12, fill="muted")
     top = y + 44

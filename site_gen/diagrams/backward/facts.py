@@ -2,13 +2,22 @@
 per-stage cases): where each operand of the five GEMMs lives, how it reaches the tensor cores, and
 how dQ is accumulated.
 
-The five GEMMs are the algorithm's (FlashAttention-2's, and every later backward's):
+The five GEMMs are the algorithm's, in one of two forms (``[diagram] transposed_scores``):
 
-    S  = Q Kᵀ      dP = dO Vᵀ      dV += Pᵀ dO      dK += dSᵀ Q      dQ += dS K
+    S  = Q Kᵀ      dP  = dO Vᵀ      dV += Pᵀ dO      dK += dSᵀ Q      dQ += dS K   (FlashAttention-2's)
+    Sᵀ = K Qᵀ      dPᵀ = V dOᵀ      dV += Pᵀ dO      dK += dSᵀ Q      dQ += dS K   (FlashAttention-3's)
+
+Each GEMM is (M, N, K) over q (the step's query rows), k (the CTA's keys) and d (the head dim); an
+operand is written transposed where the GEMM wants it the other way round from the tensor's own
+(Q, dO: q × d; K, V: k × d; S, P, dP, dS: q × k), and read K-major or MN-major by whether its stored
+rows run along the GEMM's M (or N) or its K. P and dS are held as the scores are computed (keys by
+queries when transposed), in registers and in their buffers alike.
 
 Where their operands live comes from the spec: a shared-memory buffer named after a tensor ("Q",
 "dO", "P", "dS", "sK", "dQ accum", ...) puts it in shared memory; P and dS without a buffer stay in
-the registers the softmax made them in; Q, K, V and dO without a buffer are read from global memory.
+the registers the softmax made them in, and with one, ``[diagram] p_operand = "registers"`` keeps
+them there for every GEMM that wants them as they are held (transposed scores: dV's and dK's A,
+while dQ's reads the dS buffer); Q, K, V and dO without a buffer are read from global memory.
 The mechanisms are the spec's: ``[movement]`` (kv_fragments, o_store), the schedule's engines and the
 roles' tasks (e.g. "red.global.add.f32"), folded by ``diagrams.engines.family``.
 """
@@ -31,25 +40,92 @@ LEVELS = ("global", "smem", "regs")
 LEVEL_NAME = {"global": "global memory", "smem": "shared memory", "regs": "registers"}
 
 
+# The tensors' own orientation (rows, columns) and how they are stored (rows, contiguous columns).
+NATURAL = {"Q": ("q", "d"), "dO": ("q", "d"), "K": ("k", "d"), "V": ("k", "d"), "S": ("q", "k"), "P": ("q", "k"),
+           "dP": ("q", "k"), "dS": ("q", "k"), "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d")}
+DIM_WORD = {"q": "queries", "k": "keys", "d": "head-dim columns"}
+
+
+def mark(name: str, dims: tuple[str, str]) -> str:
+    """The tensor as a GEMM sees it: "K", or "Kᵀ" when it wants it the other way round."""
+    return name if NATURAL[name] == dims else name + "ᵀ"
+
+
 @dataclass(frozen=True)
 class Gemm:
     kind: str  # the schedule kind
-    formula: str  # as the page writes it
     a: str
     b: str
     out: str
-    a_t: bool  # the operand as stored ([rows][head_dim] or [queries][keys], row-major) is transposed
-    b_t: bool  # for the GEMM: ldmatrix reads it with .trans
+    m: str  # the GEMM's M, N and K: "q" (the step's query rows), "k" (the CTA's keys), "d" (head dim)
+    n: str
+    k: str
     accumulates: bool  # += over the loop (dV, dK) or over the key blocks (dQ)
 
+    @property
+    def a_shown(self) -> str:
+        return mark(self.a, (self.m, self.k))
 
-GEMMS = (
-    Gemm("qk", "S = Q Kᵀ", "Q", "K", "S", False, False, False),
-    Gemm("dp", "dP = dO Vᵀ", "dO", "V", "dP", False, False, False),
-    Gemm("dv", "dV += Pᵀ dO", "P", "dO", "dV", True, True, True),
-    Gemm("dk", "dK += dSᵀ Q", "dS", "Q", "dK", True, True, True),
-    Gemm("dq", "dQ += dS K", "dS", "K", "dQ", False, True, True),
-)
+    @property
+    def b_shown(self) -> str:
+        return mark(self.b, (self.k, self.n))
+
+    @property
+    def out_shown(self) -> str:
+        return mark(self.out, (self.m, self.n))
+
+    @property
+    def formula(self) -> str:
+        """As the page writes it: "S = Q Kᵀ", "Sᵀ = K Qᵀ", "dV += Pᵀ dO"."""
+        return f"{self.out_shown} {'+=' if self.accumulates else '='} {self.a_shown} {self.b_shown}"
+
+
+def transposed(stage) -> bool:
+    """Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (M = keys) rather than S = Q Kᵀ and dP = dO Vᵀ."""
+    return bool(stage.diagram.transposed_scores)
+
+
+def gemms(stage) -> tuple[Gemm, ...]:
+    """The five GEMMs in the algorithm's order, in the stage's form."""
+    if transposed(stage):
+        scores = (Gemm("qk", "K", "Q", "S", "k", "q", "d", False), Gemm("dp", "V", "dO", "dP", "k", "q", "d", False))
+    else:
+        scores = (Gemm("qk", "Q", "K", "S", "q", "k", "d", False), Gemm("dp", "dO", "V", "dP", "q", "k", "d", False))
+    return scores + (Gemm("dv", "P", "dO", "dV", "k", "d", "q", True), Gemm("dk", "dS", "Q", "dK", "k", "d", "q", True),
+                     Gemm("dq", "dS", "K", "dQ", "q", "d", "k", True))
+
+
+def held(stage) -> tuple[str, str]:
+    """How S, P, dP and dS are held (rows, columns): as the score GEMMs' accumulators are."""
+    return ("k", "q") if transposed(stage) else ("q", "k")
+
+
+def held_name(stage, name: str) -> str:
+    """"P" or "Pᵀ", "dS" or "dSᵀ": a score tensor as the stage holds it."""
+    return mark(name, held(stage))
+
+
+def stored(stage, name: str) -> tuple[str, str]:
+    """(rows, contiguous columns) of a tensor in memory: Q, dO, K, V as the caller gives them, P and dS
+    as they are held."""
+    return held(stage) if name in ("S", "P", "dP", "dS") else NATURAL[name]
+
+
+def k_major(stage, g: Gemm, which: str) -> bool:
+    """Whether operand ``which`` of ``g`` is read K-major from memory: its stored rows are contiguous
+    along the GEMM's K (else MN-major: ldmatrix .trans, wgmma's transpose bit)."""
+    return stored(stage, g.a if which == "a" else g.b)[1] == g.k
+
+
+def from_registers(stage, g: Gemm, which: str) -> bool:
+    """P or dS as an A operand straight from the registers that made them: always without a buffer;
+    with one, when p_operand says registers and they are held as the GEMM wants them (M rows)."""
+    name = g.a if which == "a" else g.b
+    if name not in ("P", "dS"):
+        return False
+    if not smem_of(stage, name):
+        return True
+    return which == "a" and stage.diagram.p_operand == "registers" and held(stage) == (g.m, g.k)
 
 
 def buffer_tensor(buf) -> str | None:
@@ -107,10 +183,14 @@ def _fragments(stage) -> str:
 
 def operand(stage, g: Gemm, which: str) -> Place:
     """Where operand ``which`` ("a" or "b") of GEMM ``g`` lives and how the tensor cores read it."""
-    name, trans = (g.a, g.a_t) if which == "a" else (g.b, g.b_t)
-    shown = name + ("ᵀ" if (which == "a" and g.a_t) or (which == "b" and name in ("K", "V") and not g.b_t) else "")
+    name = g.a if which == "a" else g.b
+    shown = g.a_shown if which == "a" else g.b_shown
+    trans = not k_major(stage, g, which)
     bufs = smem_of(stage, name)
     frag = _fragments(stage)
+    if from_registers(stage, g, which):  # made by the softmax in registers, and used there
+        how = ("wgmma RS, bf16" if mma(stage) == "wgmma" else "A in registers") if which == "a" else "in registers"
+        return Place(shown, name, "regs", how, "bf16 fragments")
     if bufs:
         b = bufs[0]
         dims = "×".join(str(s) for s in b.shape)
@@ -121,8 +201,6 @@ def operand(stage, g: Gemm, which: str) -> Place:
         else:
             how = engines.LABEL.get(frag, frag)
         return Place(shown, name, "smem", how, f"{dims} {b.dtype}")
-    if name in ("P", "dS"):  # made by the softmax in registers, and used there
-        return Place(shown, name, "regs", "A in registers" if which == "a" else "in registers", "bf16 fragments")
     load = stage.movement.q_load if name in ("Q", "dO") else stage.movement.kv_load
     return Place(shown, name, "global", engines.family(load or "ld.global"), "read by every warp")
 
@@ -133,7 +211,7 @@ def result(stage, g: Gemm) -> Place:
     threads = threads_of_gemm(stage, g.kind) or stage.threads
     m, n, d = stage.block_m, stage.block_n, stage.head_dim
     if g.out in ("S", "dP"):
-        return Place(g.out, g.out, "regs", "per query block", f"{m * n // threads} fp32 / thread")
+        return Place(g.out_shown, g.out, "regs", "per query block", f"{m * n // threads} fp32 / thread")
     if g.out in ("dK", "dV"):
         store = forward_facts.o_path(stage)
         return Place(g.out, g.out, "regs", "kept: whole kernel", f"{n * d // threads} fp32 / thread" +

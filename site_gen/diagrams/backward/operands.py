@@ -42,7 +42,7 @@ def plan(stage) -> list[tuple[facts.Gemm, list[Chip]]]:
     A above B; the result between them when its column holds neither, else below them."""
     kinds = {op.kind for op in stage.schedule}
     out = []
-    for g in facts.GEMMS:
+    for g in facts.gemms(stage):
         if g.kind not in kinds:
             continue
         a, b, c = facts.operand(stage, g, "a"), facts.operand(stage, g, "b"), facts.result(stage, g)
@@ -83,18 +83,18 @@ def operands_diagram(stage, stages) -> Diagram:
     path = facts.dq_path(stage)
     prev = next((s for s in stages if s.number == stage.number - 1), None)
     flops = facts.gemm_flops(stage)
-    where = {ch.place.base: ch.place.level for _g, chips in rows for ch in chips if ch.role != "C"}
-    in_smem = sorted({t for t, lv in where.items() if lv == "smem"}, key=facts.NAMES.index)
-    in_regs = sorted({t for t, lv in where.items() if lv == "regs"}, key=facts.NAMES.index)
+    where = {(ch.place.base, ch.place.level) for _g, chips in rows for ch in chips if ch.role != "C"}
+    in_smem = sorted({t for t, lv in where if lv == "smem"}, key=facts.NAMES.index)
+    in_regs = sorted({t for t, lv in where if lv == "regs"}, key=facts.NAMES.index)
     title = f"Backward stage {stage.id}: where the operands of the five GEMMs live"
-    desc = (f"For each of the five GEMMs of backward stage {stage.id} (S = Q Kᵀ, dP = dO Vᵀ, dV += Pᵀ dO, "
-            f"dK += dSᵀ Q, dQ += dS K) the place of its A and B operands and of its result: global memory, "
+    desc = (f"For each of the five GEMMs of backward stage {stage.id} ({', '.join(g.formula for g in facts.gemms(stage))}) "
+            f"the place of its A and B operands and of its result: global memory, "
             f"shared memory ({fmt_bytes(stage.smem_bytes)} per CTA) or registers, and the mechanism that reads "
             f"each. In shared memory: {', '.join(in_smem) or 'none'}; in registers: {', '.join(in_regs) or 'none'}. "
             f"dQ is summed by {path.mechanism}.")
     top = 84
     load_h = 18 + 46 * len(facts.loads(stage))
-    soft_h = 64
+    soft_h = 64 + (18 if _fenced(stage) else 0)
     heights = [_rows(chips) * SUB_H + 14 for _g, chips in rows]
     height = top + load_h + sum(heights) + soft_h + 170
     c = Canvas(did, W, height, title, desc)
@@ -186,8 +186,9 @@ def operands_diagram(stage, stages) -> Diagram:
     else:
         same = signature(prev) == signature(stage)
         cap = (f"The operands live where they did at backward stage {prev.id}." if same else
-               f"Against backward stage {prev.id}: in shared memory now {', '.join(in_smem) or 'nothing'}; "
-               f"in registers {', '.join(in_regs) or 'nothing'}; dQ by {path.mechanism}.")
+               f"Against backward stage {prev.id}: {_form_change(stage, prev, rows)}in shared memory now "
+               f"{', '.join(in_smem) or 'nothing'}; in registers {', '.join(in_regs) or 'nothing'}; "
+               f"dQ by {path.mechanism}.")
     return Diagram(did, title, "memory", stage.number, c.tostring(), cap, W, height, signature(stage))
 
 
@@ -198,27 +199,70 @@ def _box_text_dest(bufs, level) -> tuple[str, ...]:
     return (names, " + ".join(fmt_bytes(b.bytes) for b in bufs))
 
 
+def _form_change(stage, prev, rows) -> str:
+    """What the caption says first when the GEMMs changed form since ``prev`` (e.g. Sᵀ = K Qᵀ for
+    S = Q Kᵀ) or take an operand from registers that went through shared memory: "" when neither."""
+    before = {g.kind: g.formula for g in facts.gemms(prev)}
+    changed = [g for g in facts.gemms(stage) if g.kind in before and g.formula != before[g.kind]]
+    old_regs = {(g.kind, ch.role) for g, chips in plan(prev) for ch in chips
+                if ch.role != "C" and ch.place.level == "regs"}
+    regs = [(g, ch) for g, chips in rows for ch in chips
+            if ch.role != "C" and ch.place.level == "regs" and (g.kind, ch.role) not in old_regs]
+    smem_mn = [(g, ch) for g, chips in rows for ch in chips if ch.place.base in ("P", "dS")
+               and ch.place.level == "smem" and "MN-major" in ch.place.how]
+    out = []
+    if changed:
+        dims = sorted({facts.DIM_WORD[g.m] for g in changed})
+        out.append(f"{' and '.join(g.formula for g in changed)} (M = {', '.join(dims)})")
+    if regs:
+        out.append(f"the A of {_and([g.out_shown for g, _ch in regs])} from registers "
+                   f"({_and([ch.place.tensor for _g, ch in regs])})")
+    if changed and smem_mn:
+        out.append(_and([f"{g.out_shown}'s A read MN-major from the {facts.held_name(stage, ch.place.base)} tile in "
+                         "shared memory" for g, ch in smem_mn]))
+    return "".join(f"{x}; " for x in out)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _fenced(stage) -> bool:
+    """Whether P or dS, stored by ordinary instructions, are read from shared memory by wgmma: the
+    stores then need fence.proxy.async before the barrier (the async proxy reads them)."""
+    return facts.mma(stage) == "wgmma" and any(
+        ch.place.base in ("P", "dS") and ch.place.level == "smem" for _g, chips in plan(stage) for ch in chips)
+
+
 def _softmax_band(c, stage, y, h) -> float:
     """P and dS: made from S and dP in registers, then (when they have buffers) stored to shared memory,
-    because their transposes are the A operands of dV and dK."""
+    because their transposes are the A operands of dV and dK — or, with the scores transposed, because
+    dQ wants dS the other way round from how it is held."""
+    p, ds = facts.held_name(stage, "P"), facts.held_name(stage, "dS")
+    sc, dp = facts.held_name(stage, "S"), facts.held_name(stage, "dP")
     c.rect(8, y + 4, W - 16, h - 8, fill="panel", stroke=None, rx=6)
-    c.text(16, y + 26, "P, dS", size=14, weight="700", fill="p")
-    c.text(16, y + 43, "from S and dP", size=12, fill="muted")
+    c.text(16, y + 26, f"{p}, {ds}", size=14, weight="700", fill="p")
+    c.text(16, y + 43, f"from {sc} and {dp}", size=12, fill="muted")
     softmax = next((op.engine for op in stage.schedule if op.kind == "softmax"), "ex2.approx")
-    by = y + (h - BOX_H) / 2
-    _box(c, col_x("regs"), by, ("P, dS bf16", f"{softmax}, FMA"), "p")
+    by = y + (64 - BOX_H) / 2
+    _box(c, col_x("regs"), by, (f"{p}, {ds} bf16", f"{softmax}, FMA"), "p")
     bufs = facts.smem_of(stage, "P") + facts.smem_of(stage, "dS")
     if bufs:
-        _box(c, col_x("smem"), by, (" + ".join(b.name for b in bufs), " + ".join(fmt_bytes(b.bytes) for b in bufs)),
-             "p")
+        names = [facts.held_name(stage, b.name) if b.name in ("P", "dS") else b.name for b in bufs]
+        _box(c, col_x("smem"), by, (" + ".join(names), " + ".join(fmt_bytes(b.bytes) for b in bufs)), "p")
         x1, x2, ym = col_x("regs"), col_x("smem") + BOX_W, by + BOX_H / 2
         c.line(x1 - 2, ym, x2 + 2, ym, stroke="p", sw=1.6, arrow=True)
         c.text((x1 + x2) / 2, ym - 6, stage.diagram.p_store, size=12, anchor="middle")
-        c.text((x1 + x2) / 2, ym + 15, "bar.sync", size=12, anchor="middle", fill="muted")
+        if _fenced(stage):
+            c.text((x1 + x2) / 2, by + BOX_H + 16, "then fence.proxy.async and bar.sync", size=12, anchor="middle",
+                   fill="muted")
+        else:
+            c.text((x1 + x2) / 2, ym + 15, "bar.sync", size=12, anchor="middle", fill="muted")
     # lse and D of each query row: the preprocess's, read from global memory
     _box(c, col_x("global"), by, ("lse, D per row", "fp32, preprocess"), "accent", light=True)
-    c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 + 4, "P = 2^(S·c − lse)", size=12, anchor="middle", fill="muted")
-    c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 + 20, "dS = P ∘ (dP − D)", size=12, anchor="middle",
+    c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 + 4, f"{p} = 2^({sc}·c − lse)", size=12, anchor="middle",
+           fill="muted")
+    c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 + 20, f"{ds} = {p} ∘ ({dp} − D)", size=12, anchor="middle",
            fill="muted")
     c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 - 12, "in registers:", size=12, anchor="middle", fill="muted")
     return y + h

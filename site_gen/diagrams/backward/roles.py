@@ -5,8 +5,18 @@ through shared memory without mbarriers, the CTA barriers every warp meets at.
 
 The data is protocol(stage), from the spec's [[roles]], [[schedule]] and [[smem]]; the K/V load of
 the prologue and the dK/dV store of the epilogue are drawn once (implicit when the schedule has
-none: the roles' tasks say "once"). Whose rows a warp owns changes inside the step: S, dP, P/dS and
-dQ are the warp's query rows, dV and dK its keys; the figure says so under the lanes.
+none: the roles' tasks say "once"). An asynchronous copy (TMA, cp.async) is a prefetch, issued as
+early as its `after` list allows (the schedule model's rule), so a double buffer's next tiles land
+during the step before.
+
+Who owns which rows of each product (ownership) comes from the GEMMs' form (facts.gemms) and the
+instruction: mma.sync splits a product's M among the role's warps, 16 rows each; wgmma among its
+warpgroups, 64 rows each, and an M too small to split is split along N instead. When the owner of
+a product's rows changes between products, the warps read each other's P or dS: that is a CTA
+barrier. The barriers (one role, tiles in shared memory): after loads that land without an
+mbarrier; before the first GEMM that reads P or dS from shared memory; and before a step may
+overwrite what the previous one read — the next loads (ordinary loads), or, when the loads are a
+thread's TMA completing on mbarriers with no "empty" barrier, at the end of every step.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from ..protocol import lanes as forward_lanes
 from ..svg import Canvas, text_width, wrap
 from ..timeline import BACKWARD_COLOUR
 from . import facts
+from .operands import plan
 
 W = 860
 LEFT = 168
@@ -70,6 +81,117 @@ def _track(kind: str) -> str:
     return "tensor"
 
 
+def short(stage, kind: str) -> str:
+    """An op's label in a lane: the product as the stage holds it (S or Sᵀ, ...)."""
+    held = {"qk": "S", "dp": "dP"}
+    if kind in held:
+        return facts.held_name(stage, held[kind])
+    if kind == "softmax":
+        return f"{facts.held_name(stage, 'P')} {facts.held_name(stage, 'dS')}"
+    return SHORT[kind]
+
+
+def _and(items) -> str:
+    items = list(items)
+    if len(items) < 2:
+        return "".join(items)
+    join = ", and " if any(" and " in x for x in items) else " and "
+    return ", ".join(items[:-1]) + join + items[-1]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Which part of a product one unit (a warp of mma.sync, a warpgroup of wgmma) computes."""
+
+    unit: str  # "warp" or "warpgroup"
+    dim: str  # the GEMM's M: "q" or "k"
+    rows: int  # rows of M per unit
+    cols: int | None  # columns of N per unit when M is too small to split (None: all of N)
+    n: int  # N of the whole product
+    k_dim: str
+    k_size: int
+
+
+def units(stage) -> tuple[str, int]:
+    """("warp", 4) or ("warpgroup", 2): what issues one MMA, and how many the computing role has."""
+    warps = len(forward_lanes(stage)[0].warps) if len(stage.roles) == 1 else 4
+    if facts.mma(stage) == "wgmma":
+        return "warpgroup", max(1, warps // 4)
+    return "warp", warps
+
+
+def ownership(stage) -> dict[str, Owner]:
+    """Per product kind (qk, dp, softmax, dv, dk, dq): what each unit of the role computes."""
+    unit, count = units(stage)
+    gran = 64 if unit == "warpgroup" else 16
+    size = {"q": stage.block_m, "k": stage.block_n, "d": stage.head_dim}
+    out = {}
+    for g in facts.gemms(stage):
+        m = size[g.m]
+        tiles = max(1, m // gran)
+        if tiles >= count:
+            out[g.kind] = Owner(unit, g.m, m // count, None, size[g.n], g.k, size[g.k])
+        else:
+            out[g.kind] = Owner(unit, g.m, m, size[g.n] * tiles // count, size[g.n], g.k, size[g.k])
+        if g.kind == "qk":
+            out["softmax"] = out["qk"]
+    return out
+
+
+def ownership_notes(stage, barrier_between: bool) -> list[str]:
+    """The notes under the lanes: who owns what, and how the operands are read."""
+    own = ownership(stage)
+    gem = {g.kind: g for g in facts.gemms(stage)}
+    names = {"qk": gem["qk"].out_shown, "dp": gem["dp"].out_shown, "dv": "dV", "dk": "dK", "dq": "dQ",
+             "softmax": f"{facts.held_name(stage, 'P')} and {facts.held_name(stage, 'dS')}"}
+    groups: dict[tuple, list[str]] = {}  # by the rows a unit owns
+    for kind in ("qk", "dp", "softmax", "dv", "dk", "dq"):
+        if kind in own:
+            o = own[kind]
+            groups.setdefault((o.unit, o.dim, o.rows, o.cols), []).append(kind)
+    word = {"q": "query rows", "k": "keys"}
+    places = {(g.kind, ch.role): ch.place for g, chips in plan(stage) for ch in chips}
+    parts = []
+    for i, kinds in enumerate(groups.values()):
+        o = own[kinds[0]]
+        if o.cols is None:
+            text = f"{_and(names[k] for k in kinds)}: each {o.unit} its {o.rows} {word[o.dim]}"
+        else:
+            text = (f"{_and(names[k] for k in kinds)}: each {o.unit} the step's {o.rows} {word[o.dim]} × {o.cols} of "
+                    f"the {o.n} head-dim columns, over all {o.k_size} {word.get(o.k_dim, 'head-dim columns')}")
+        if i > 0:  # the point of view changed: what the group reads the other way round
+            reads = [places[(k, r)] for r in ("A", "B") for k in kinds if (k, r) in places]
+            flipped = [pl.base for pl in reads if pl.how in ("ldmatrix.trans", "wgmma desc., MN-major")]
+            if flipped:
+                how = "transposed" if any(pl.how == "ldmatrix.trans" for pl in reads) else "MN-major"
+                text += f", reading {_and(dict.fromkeys(flipped))} {how}"
+            if barrier_between:
+                text += " (the barrier between is where the point of view changes)"
+        parts.append(text)
+    notes = ["; ".join(parts)]
+    if facts.mma(stage) == "wgmma":
+        regs = [pl.tensor for (k, r), pl in places.items() if r == "A" and pl.level == "regs"]
+        frag = engines.family(stage.movement.kv_fragments or "wgmma")
+        notes.append(f"Every product is one {units(stage)[0]}'s wgmma: A and B from shared memory through descriptors"
+                     + (f", or A from registers ({_and(regs)})" if regs else "")
+                     + ("; nothing goes through ldmatrix" if frag != "ldmatrix" else ""))
+    return notes
+
+
+def loads_on_mbarriers(stage) -> bool:
+    """Q and dO land on an mbarrier (a TMA's transaction count), so no CTA barrier says they are in."""
+    engine = stage.movement.q_load or next((o.engine for o in stage.schedule if o.kind in ("load_q", "load_do")),
+                                           "ld.global")
+    return engines.family(engine) == "tma"
+
+
+def _free_at_step_end(stage) -> bool:
+    """One thread refills a stage's buffers (TMA) with no "empty" mbarrier to say every thread is done
+    with them: a CTA barrier at the end of every step says it."""
+    return loads_on_mbarriers(stage) and not any("empty" in b.name.lower() for b in stage.smem
+                                                 if b.layout == "mbarrier")
+
+
 def _parse(dep: str) -> tuple[str, int]:
     for prefix, back in (("prev2.", 2), ("prev.", 1)):
         if dep.startswith(prefix):
@@ -96,32 +218,46 @@ def protocol(stage, blocks: int = BLOCKS) -> Protocol:
         t += 1
     for r in roles:
         cursor[r] = t if r == loader else cursor[r]
+    if pro or any(o.kind in LOADS and engines.is_async(o.engine) for o in loop):
+        busy[(loader, "copy")] = t  # a prefetch queues behind the prologue's copies
     kv_done = t
-    barriers = not any(b.layout == "mbarrier" for b in stage.smem) and len(lane_list) == 1
+    one_role = len(lane_list) == 1
+    barriers = one_role and not any(b.layout == "mbarrier" for b in stage.smem)
+    step_end = one_role and _free_at_step_end(stage)
+    ends: list[int] = []  # step_end: where each block's closing CTA barrier falls
     # The loop, block by block, each op one step.
     for it in range(blocks):
+        if step_end and it > 0:  # every thread has passed the previous block's closing barrier
+            ends.append(max(e.end for (n2, i2), e in events.items() if i2 == it - 1 and e.kind not in LOADS))
+            for r in roles:
+                cursor[r] = max(cursor[r], ends[-1])
         for o in loop:
             deps = []
             for dep in o.after:
                 name, back = _parse(dep)
                 if (name, it - back) in events:
                     deps.append(events[(name, it - back)])
-            start = max([cursor[o.role], busy.get((o.role, _track(o.kind)), 0)] + [e.end for e in deps])
+            prefetch = o.kind in LOADS and engines.is_async(o.engine)  # issued as early as `after` allows
+            start = max([0 if prefetch else cursor[o.role], busy.get((o.role, _track(o.kind)), 0)]
+                        + [e.end for e in deps])
             if o.kind in ("qk", "dp", "dv", "dk", "dq") and it == 0:
                 start = max(start, kv_done)
             if barriers and o.kind not in LOADS and any(e.kind in LOADS for e in deps):
                 # a CTA barrier: every warp's loads of this block have landed
                 start = max([start] + [e.end for (n2, i2), e in events.items() if i2 == it and e.kind in LOADS])
-            e = Event(o.role, _track(o.kind), o.kind, SHORT[o.kind], it, start, start + 1)
+            e = Event(o.role, _track(o.kind), o.kind, short(stage, o.kind), it, start, start + 1)
             events[(o.op, it)] = e
             busy[(o.role, e.track)] = e.end
-            cursor[o.role] = start if engines.is_async(o.engine) else e.end
-    # The epilogue: dK and dV, once, after the role's last dK/dV.
+            if not prefetch:
+                cursor[o.role] = start if engines.is_async(o.engine) else e.end
+    if step_end:  # the last block's closing barrier
+        ends.append(max(e.end for (n2, i2), e in events.items() if i2 == blocks - 1 and e.kind not in LOADS))
+    # The epilogue: dK and dV, once, after the role's last dK/dV (and the last block's closing barrier).
     stores = [o for o in stage.schedule if o.kind == "store_dkdv"]
     grads = [e for e in events.values() if e.kind in ("dk", "dv")]
     owners = [o.role for o in stores] or sorted({e.lane for e in grads}, key=roles.index) or [roles[-1]]
     for role in owners:
-        last = max([e.end for e in grads if e.lane == role] or [max(e.end for e in events.values())])
+        last = max(([e.end for e in grads if e.lane == role] or [max(e.end for e in events.values())]) + ends[-1:])
         events[(f"_store_{role}", -1)] = Event(role, "softmax", "store_dkdv", SHORT["store_dkdv"], -1, last, last + 2)
 
     handoffs = []
@@ -135,13 +271,16 @@ def protocol(stage, blocks: int = BLOCKS) -> Protocol:
                 handoffs.append((src, e))
     handoffs.sort(key=lambda p: (p[1].start, p[0].start, p[0].lane))
 
-    syncs = _syncs(stage, events, by_name, blocks) if barriers else []
+    syncs = _syncs(stage, events, by_name, blocks, barriers, ends) if one_role else []
     notes = []
-    gemm_warps = len(lane_list[0].warps) if len(lane_list) == 1 else 0
-    if gemm_warps:
-        notes.append(f"S, dP, P and dS, and dQ: each warp its {stage.block_m // gemm_warps} query rows; dV and dK: "
-                     f"each warp its {stage.block_n // gemm_warps} keys, reading P, dS, dO and Q transposed "
-                     "(the barrier between is where the point of view changes)")
+    if one_role:
+        notes += ownership_notes(stage, any(_shared_reads(stage)))
+    if loads_on_mbarriers(stage):
+        q_bufs = facts.smem_of(stage, "Q")
+        depth = q_bufs[0].buffers if q_bufs else 1
+        ahead = f" a step ahead, into the other of the {depth} stages" if depth > 1 else ""
+        notes.append(f"Loads: one thread starts each TMA (K and V once; Q and dO{ahead}); every thread waits on "
+                     "the tiles' mbarrier, not at a CTA barrier")
     path = facts.dq_path(stage)
     if path.atomic:
         notes.append(f"dQ: each warp adds its rows into the fp32 accumulator by {path.mechanism} "
@@ -152,11 +291,24 @@ def protocol(stage, blocks: int = BLOCKS) -> Protocol:
                     handoffs, syncs, notes)
 
 
-def _syncs(stage, events, by_name, blocks) -> list[Sync]:
-    """Where every warp meets (one role, no mbarriers): before the first reader of the tiles the warps
-    loaded together into shared memory, before the first reader of P and dS when they go through
-    shared memory, and before a load that overwrites tiles the previous step read."""
-    shared_p = bool(facts.smem_of(stage, "P") or facts.smem_of(stage, "dS"))
+def _shared_reads(stage) -> list[str]:
+    """P and dS as the GEMMs read them from shared memory ("P", "dSᵀ", ...), in order."""
+    out = []
+    for _g, chips in plan(stage):
+        for ch in chips:
+            if ch.role != "C" and ch.place.base in ("P", "dS") and ch.place.level == "smem":
+                out.append(ch.place.base)
+    return [facts.held_name(stage, t) for t in sorted(set(out), key=("P", "dS").index)]
+
+
+def _syncs(stage, events, by_name, blocks, barriers=True, ends=()) -> list[Sync]:
+    """Where every warp meets (one role): before the first reader of the tiles the warps loaded
+    together into shared memory (no mbarriers), before the first GEMM that reads P or dS from
+    shared memory, and before a step overwrites what the previous one read: the next loads, or the
+    end of the step (``ends``, when one thread's TMA refills the buffers)."""
+    shared = _shared_reads(stage)
+    readers = {g.kind for g, chips in plan(stage) for ch in chips
+               if ch.role != "C" and ch.place.base in ("P", "dS") and ch.place.level == "smem"}
     out: dict[int, str] = {}
     for it in range(blocks):
         mine = sorted(((by_name[n], e) for (n, i), e in events.items() if i == it and n in by_name),
@@ -166,16 +318,41 @@ def _syncs(stage, events, by_name, blocks) -> list[Sync]:
         for o, e in mine:
             kinds = {by_name[_parse(d)[0]].kind for d in o.after if _parse(d)[0] in by_name}
             if o.kind in LOADS:
-                if it > 0 and any(_parse(d)[1] > 0 for d in o.after) and not seen_free:
+                if barriers and it > 0 and any(_parse(d)[1] > 0 for d in o.after) and not seen_free:
                     seen_free = True
                     out.setdefault(e.start, "bar.sync: the tiles are free again")
-            elif kinds & set(LOADS) and not seen_loads:
+            elif barriers and kinds & set(LOADS) and not seen_loads:
                 seen_loads = True
                 out.setdefault(e.start, f"bar.sync: {', '.join(SHORT[k] for k in loaded)} in shared memory")
-            elif "softmax" in kinds and shared_p and not seen_p:
+            elif "softmax" in kinds and o.kind in readers and shared and not seen_p:
                 seen_p = True
-                out.setdefault(e.start, "bar.sync: P, dS in shared memory")
+                out.setdefault(e.start, f"bar.sync: {', '.join(shared)} in shared memory")
+    if ends:
+        loaded = [SHORT[k] for k in dict.fromkeys(o.kind for o in stage.schedule if o.kind in ("load_q", "load_do"))]
+        label = f"bar.sync: every read of the step's {_and(loaded + shared)} is done: they may be overwritten"
+        for t in ends:
+            out.setdefault(t, label)
     return [Sync(t, out[t]) for t in sorted(out)]
+
+
+def _units_text(stage, prev) -> str:
+    """", 2 warpgroups of 64 keys": what issues the products, when that changed since ``prev``."""
+    unit, count = units(stage)
+    if (unit, count) == units(prev) or len(stage.roles) != 1:
+        return ""
+    own = ownership(stage)["qk"]
+    return f": {count} {unit}{'s' if count > 1 else ''} of {own.rows} {dict(q='query rows', k='keys')[own.dim]}"
+
+
+def _since(stage, prev, p, old) -> str:
+    """What else changed since ``prev``: how the loads land, and the barriers."""
+    out = ""
+    if loads_on_mbarriers(stage) and not loads_on_mbarriers(prev):
+        out += "; the loads one thread's TMA, completing on mbarriers"
+    labels = list(dict.fromkeys(x.label.split(": ", 1)[1] for x in p.syncs))
+    if labels and labels != list(dict.fromkeys(x.label.split(": ", 1)[1] for x in old.syncs)):
+        out += f"; {len(labels)} CTA barrier{'s' if len(labels) != 1 else ''} a query block ({'; '.join(labels)})"
+    return out
 
 
 def signature(p: Protocol) -> str:
@@ -196,7 +373,9 @@ def roles_diagram(stage, stages) -> Diagram:
     lanes = p.lanes
     tracks = {ln.role: [t for t in TRACKS if any(e.lane == ln.role and e.track == t for e in p.events)]
               for ln in lanes}
-    y_warps = 48
+    unit, count = units(stage)
+    groups = unit == "warpgroup" and count > 1 and len(lanes) == 1  # the warpgroups, each its rows
+    y_warps = 48 + (24 if groups else 0)
     y_proto = y_warps + 32 + 44 + 12
     lane_h = {ln.role: len(tracks[ln.role]) * (TRACK_H + TRACK_GAP) + 10 for ln in lanes}
     top_of, y = {}, y_proto + 40
@@ -208,7 +387,8 @@ def roles_diagram(stage, stages) -> Diagram:
     desc = (f"The {stage.threads} threads of a backward stage {stage.id} CTA ({stage.warps} warps) by role ("
             + "; ".join(f"{ln.label}: warps {_ranges(ln.warps)}" for ln in lanes)
             + f"), then {BLOCKS} query blocks of its loop in logical time: which role loads which tile and runs "
-            f"which of the five GEMMs, and the {len(p.syncs)} CTA barriers of a block.")
+            f"which of the five GEMMs, and the CTA barriers where every warp waits "
+            f"({len(set(x.label for x in p.syncs))} a query block).")
     c = Canvas(did, W, 900, title, desc)
     c.heading(f"{stage.id} · backward", ": who does what, one query block after another")
     c.text(12, y_warps + 17, f"CTA · {stage.threads} threads", size=12, weight="600")
@@ -220,6 +400,14 @@ def roles_diagram(stage, stages) -> Diagram:
         c.rect(x + 1, y_warps, bw - 2, 26, fill=colour[role_of[w]], stroke=colour[role_of[w]], opacity=0.28,
                rx=3, cls="hd-warp")
         c.text(x + bw / 2, y_warps + 17, f"warp {w}", size=12 if bw > 52 else 11, anchor="middle")
+    if groups:
+        own = ownership(stage)["qk"]
+        word = {"q": "query rows", "k": "keys"}[own.dim]
+        for i in range(count):
+            x0, x1 = X0 + 4 * i * bw + 2, X0 + 4 * (i + 1) * bw - 2
+            c.path([(x0, y_warps - 3), (x0, y_warps - 8), (x1, y_warps - 8), (x1, y_warps - 3)], stroke="muted", sw=1.2)
+            c.text((x0 + x1) / 2, y_warps - 13, f"warpgroup {i} · {own.rows} {word}: {i * own.rows}–"
+                                                f"{(i + 1) * own.rows - 1}", size=12, anchor="middle")
     yb = y_warps + 32
     for ln in lanes:
         xs = [X0 + w * bw for w in ln.warps]
@@ -253,8 +441,9 @@ def roles_diagram(stage, stages) -> Diagram:
             for e in [e for e in p.events if e.lane == ln.role and e.track == tr]:
                 box_at[id(e)] = (tx(e.start) + 1, ty, tx(e.end) - tx(e.start) - 2, TRACK_H)
     # Query blocks: a band label over each block's steps.
-    for b in range(BLOCKS):
-        mine = [e for e in p.events if e.block == b]
+    ahead = {o.kind for o in stage.schedule if o.kind in LOADS and engines.is_async(o.engine)}
+    for b in range(BLOCKS):  # (a prefetch belongs to its block but runs in the one before)
+        mine = [e for e in p.events if e.block == b and e.kind not in ahead] or [e for e in p.events if e.block == b]
         x0, x1 = tx(min(e.start for e in mine)), tx(max(e.end for e in mine))
         c.path([(x0 + 1, y_proto + 36), (x0 + 1, y_proto + 31), (x1 - 1, y_proto + 31), (x1 - 1, y_proto + 36)],
                stroke="muted", sw=1)
@@ -266,7 +455,7 @@ def roles_diagram(stage, stages) -> Diagram:
         x, ty, w, th = box_at[id(e)]
         fill = BACKWARD_COLOUR.get(e.kind, "warp")
         c.rect(x, ty, w, th, fill=fill, stroke="bg", opacity=0.95, rx=3, sw=0.8)
-        for label in (f"{e.label} {e.block}" if e.block >= 0 else e.label, e.label):
+        for label in (f"{e.label} {e.block}" if e.block >= 0 else e.label, e.label, SHORT[e.kind]):
             if text_width(label, 12, bold=True) <= w - 6:
                 c.text(x + w / 2, ty + th / 2 + 4.5, label, size=12, anchor="middle", fill="bg", weight="600")
                 break
@@ -283,9 +472,9 @@ def roles_diagram(stage, stages) -> Diagram:
         if e.kind not in kinds:
             kinds.append(e.kind)
     x = 12
-    from ..timeline import BACKWARD_LEGEND
+    from ..timeline import backward_legend
 
-    for k, label in BACKWARD_LEGEND:
+    for k, label in backward_legend(stage):
         if k not in kinds:
             continue
         wid = 17 + text_width(label, 12) + 16
@@ -320,6 +509,8 @@ def roles_diagram(stage, stages) -> Diagram:
     else:
         old = protocol(prev)
         cap = (f"The roles and their hand-offs are those of backward stage {prev.id}." if signature(old) == signature(p)
-               else f"Since backward stage {prev.id}: roles " + ", ".join(f"{ln.label} ({len(ln.warps)} warps)"
-                                                                         for ln in lanes) + ".")
+               else f"Since backward stage {prev.id}: roles " + ", ".join(f"{ln.label} ({len(ln.warps)} warps"
+                                                                         + _units_text(stage, prev) + ")"
+                                                                         for ln in lanes) + _since(stage, prev, p, old)
+               + ".")
     return Diagram(did, title, "roles", stage.number, c.tostring(), cap, W, height, signature(p))
