@@ -135,6 +135,10 @@ class RowStage:
     def source_hash(self) -> str:
         return source_hash(self.kernel_path)
 
+    def source_lines_hash(self) -> str:
+        """The tokens and their lines: what the compiler facts' source lines depend on (as lineage.Stage's)."""
+        return source_hash(self.kernel_path, lines=True)
+
     def source_bytes_hash(self) -> str:
         return source_bytes_hash(self.kernel_path)
 

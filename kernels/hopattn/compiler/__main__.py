@@ -1,9 +1,10 @@
-"""`python -m hopattn.compiler [STAGES] [--lineage forward|backward|all] [--check] [--force] [--jobs N]`:
+"""`python -m hopattn.compiler [STAGES] [--lineage forward|backward|rmsnorm|all] [--check] [--force] [--jobs N]`:
 refresh the committed compiler facts (needs nvcc, cuobjdump and nvdisasm; no GPU).
 
-Every lineage by default: the forward (kernels/attention) and the backward (kernels/attention_backward,
-Act V), each into kernels/compiler_facts/<lineage>/. Stage numbers select within each lineage chosen
-(``1`` is the forward's 01 and the backward's 01); a number no chosen lineage has is an error."""
+Every lineage by default: the forward (kernels/attention), the backward (kernels/attention_backward,
+Act V) and Part II's RMSNorm (kernels/rmsnorm, its stages typed by hopattn.rowwise), each into
+kernels/compiler_facts/<lineage>/. Stage numbers select within each lineage chosen (``1`` is the
+forward's 01, the backward's 01 and RMSNorm's 01); a number no chosen lineage has is an error."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import argparse
 import sys
 import time
 
-from .. import build, cuda_tools, lineage
+from .. import build, cuda_tools, lineage, rowwise
 from ..records import compiler_facts as record
 from . import facts
 
 COMMAND = "python -m hopattn.compiler"
-LINEAGES = {"forward": lineage.ATTENTION_DIR, "backward": lineage.BACKWARD_DIR}
+LINEAGES = {"forward": lineage.ATTENTION_DIR, "backward": lineage.BACKWARD_DIR, "rmsnorm": lineage.RMSNORM_DIR}
+ROWWISE = ("rmsnorm",)  # the lineages whose stages hopattn.rowwise types (Part II)
 
 
 def lineage_dirs(which: str) -> list:
@@ -25,18 +27,19 @@ def lineage_dirs(which: str) -> list:
     return [LINEAGES[n] for n in names if LINEAGES[n].is_dir()]
 
 
+def _discover(folder) -> list:
+    """A lineage's stages, typed by the module that owns its spec (rowwise for Part II)."""
+    return rowwise.discover(folder) if folder.name in ROWWISE else lineage.discover(folder)
+
+
 def choose(args: list[str], which: str = "all") -> list[lineage.Stage]:
     """The stages the arguments select, lineage by lineage (forward first). ValueError naming the
     number when no chosen lineage has it."""
-    lineages = [lineage.discover(d) for d in lineage_dirs(which)]
+    lineages = [_discover(d) for d in lineage_dirs(which)]
     if not args:
         return [s for stages in lineages for s in stages]
     wanted = set(lineage.parse_selection(" ".join(args), sorted({s.number for st in lineages for s in st})))
     return [s for stages in lineages for s in stages if s.number in wanted]
-
-
-def _label(stage: lineage.Stage) -> str:
-    return stage.name if not stage.backward else f"backward {stage.name}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5); default: all")
     parser.add_argument("--lineage", choices=("all", *LINEAGES), default="all",
                         help="the lineages: all (default), forward (kernels/attention), backward "
-                             "(kernels/attention_backward)")
+                             "(kernels/attention_backward), rmsnorm (kernels/rmsnorm)")
     parser.add_argument("--jobs", type=int, default=2, help="stages compiled at once (default 2)")
     parser.add_argument("--force", action="store_true", help="recompute even when the facts are current")
     parser.add_argument("--check", action="store_true", help="only report missing or stale facts")
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.check:
-        bad = [(_label(s), p) for s in stages if (p := record.problem(s, record.load(s)))]
+        bad = [(facts.status_key(s), p) for s in stages if (p := record.problem(s, record.load(s)))]
         for name, p in bad:
             print(f"  {name}: {p}")
         print(f"{len(stages) - len(bad)} of {len(stages)} stage(s) have current compiler facts")

@@ -7,11 +7,12 @@ hopattn.records.compiler_facts defines, which is all the site reads.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import build, cpp, cuda_tools, lineage
+from .. import build, cpp, cuda_tools, lineage, rowwise
 from ..records import compiler_facts as record
 from . import line_info, ptxas, sass
 
@@ -47,11 +48,52 @@ def _matches_kernel(mangled: str, name: str) -> bool:
     return mangled == name or (mangled.startswith("_Z") and f"{len(name)}{name}" in mangled)
 
 
+# Template arguments as Itanium mangling writes them: _Z<length><name>I<arguments>E..., an integer
+# as Li<n>E, a type by its length-prefixed name (13__nv_bfloat16, 6__half) or its letter (f: float).
+_MANGLED_RE = re.compile(r"_Z(\d+)")
+_INT_ARG_RE = re.compile(r"Li(\d+)E")
+DTYPE_CODES = (("13__nv_bfloat16", "bf16"), ("6__half", "fp16"), ("f", "fp32"))
+
+
+def instance_dtype(mangled: str) -> str | None:
+    """bf16, fp16 or fp32: the element type (the first template argument) a rowwise kernel instance
+    is compiled for; None for a function that is no template of one."""
+    m = _MANGLED_RE.match(mangled)
+    if not m:
+        return None
+    args = mangled[m.end() + int(m.group(1)):]
+    if not args.startswith("I"):
+        return None
+    return next((name for code, name in DTYPE_CODES if args[1:].startswith(code)), None)
+
+
+def _instance_key(stage, mangled: str) -> tuple:
+    """A rowwise instance's place in its record: the spec's kernel first, the others by name; then
+    bf16, fp16, fp32 (the benchmark measures bf16); then its integer template arguments, largest
+    first (the instance that holds the longest rows, with the widest accesses); then the name."""
+    dtypes = [name for _code, name in DTYPE_CODES]
+    dtype = instance_dtype(mangled)
+    ints = tuple(-int(n) for n in _INT_ARG_RE.findall(mangled))
+    m = _MANGLED_RE.match(mangled)
+    name = mangled[m.end():m.end() + int(m.group(1))] if m else mangled
+    return (not _matches_kernel(mangled, stage.kernel), name, dtypes.index(dtype) if dtype else len(dtypes), ints,
+            mangled)
+
+
 def _pick_primary(stage: lineage.Stage, functions: list[str], instructions: dict) -> str:
+    if isinstance(stage, rowwise.RowStage):  # many template instances: the bf16 one of the longest rows
+        return min(functions, key=lambda f: _instance_key(stage, f))
     named = sorted(f for f in functions if _matches_kernel(f, stage.kernel))
     if named:
         return named[0]
     return max(sorted(functions), key=lambda f: len(instructions.get(f, [])))
+
+
+def _others(stage, functions: list[str], primary: str) -> list[str]:
+    """Every other entry function, in the record's order: a rowwise stage's instances as _instance_key
+    orders them, the attention stages' by name."""
+    rest = [f for f in functions if f != primary]
+    return sorted(rest, key=lambda f: _instance_key(stage, f)) if isinstance(stage, rowwise.RowStage) else rest
 
 
 def make_facts(stage: lineage.Stage, ptxas_log: str, sass_dump: str, tools: dict[str, str],
@@ -78,7 +120,8 @@ def make_facts(stage: lineage.Stage, ptxas_log: str, sass_dump: str, tools: dict
 
     instrs = instructions.get(primary, [])
     hist = sass.histogram(instrs)
-    loop = sass.main_loop(instrs)
+    # a memory-bound kernel's main loop is the one that streams the row (no tensor core there)
+    loop = sass.memory_loop(instrs) if isinstance(stage, rowwise.RowStage) else sass.main_loop(instrs)
     lines = line_info.line_maps(list(line_texts), instructions).get(primary, {})
     facts = {
         "schema_version": record.SCHEMA_VERSION,
@@ -96,7 +139,7 @@ def make_facts(stage: lineage.Stage, ptxas_log: str, sass_dump: str, tools: dict
         "tensor_shapes": sass.tensor_shapes(instrs),
         "setmaxnreg": sass.register_budgets(instrs),
         "loop": None,
-        "other_functions": [summary(fn) for fn in functions if fn != primary],
+        "other_functions": [summary(fn) for fn in _others(stage, functions, primary)],
     }
     if loop is not None:
         loop_hist = sass.histogram(list(loop.body))
@@ -117,8 +160,10 @@ def collect(stage: lineage.Stage, tools: dict[str, str] | None = None) -> dict:
 
 
 def status_key(stage: lineage.Stage) -> str:
-    """A stage's key in refresh's report: its name, the backward's (Act V) as "backward NN-slug"
-    (the two lineages number alike: both have a 01-baseline)."""
+    """A stage's key in refresh's report: its name, the backward's (Act V) as "backward NN-slug",
+    Part II's as "rmsnorm NN-slug" (the lineages number alike: two have a 01-baseline)."""
+    if isinstance(stage, rowwise.RowStage):
+        return f"{stage.lineage} {stage.name}"
     return f"backward {stage.name}" if stage.backward else stage.name
 
 

@@ -25,13 +25,14 @@ Location = tuple[str, int]  # (short file name, line)
 
 
 def short_path(path: str) -> str:
-    """kernels/attention/NN_x/kernel.cu -> kernel.cu, .../common/tma.cuh -> common/tma.cuh,
-    anything else (CUDA headers, fixtures) -> its file name."""
+    """kernels/attention/NN_x/kernel.cu -> kernel.cu, .../common/tma.cuh -> common/tma.cuh (as for
+    kernels/rmsnorm/common/), anything else (CUDA headers, fixtures) -> its file name."""
     parts = Path(os.path.normpath(path)).parts
-    if "attention" in parts:
-        rest = parts[len(parts) - parts[::-1].index("attention"):]
-        if rest and rest[0] == "common":
-            return "/".join(rest)
+    for lineage_dir in ("attention", "rmsnorm"):
+        if lineage_dir in parts:
+            rest = parts[len(parts) - parts[::-1].index(lineage_dir):]
+            if rest and rest[0] == "common":
+                return "/".join(rest)
     return Path(path).name
 
 

@@ -188,6 +188,21 @@ def main_loop(instrs: list[Instr]) -> Loop | None:
     return min(innermost, key=lambda lp: (-lp.tensor, lp.start, lp.end))
 
 
+def memory_loop(instrs: list[Instr]) -> Loop | None:
+    """A memory-bound kernel's main loop (Part II's rowwise stages): the innermost loop that loads
+    from global memory; of several (the sum's walk and the output's, an unrolled copy and its
+    remainder), the one with the most global loads, the first of equals. None: no loop loads (a
+    kernel unrolled whole, its row held in registers)."""
+    def loads(lp: Loop) -> int:
+        return sum(1 for i in lp.body if i.key in ("LDG", "LD"))
+
+    pool = [lp for lp in loops(instrs) if loads(lp)]
+    innermost = [lp for lp in pool if not any(lp.contains(o) for o in pool)]
+    if not innermost:
+        return None
+    return min(innermost, key=lambda lp: (-loads(lp), lp.start, lp.end))
+
+
 def _gap(hidden: list[Instr]) -> str:
     top = sorted(histogram(hidden).items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     what = ", ".join(f"{k} {n}" for k, n in top)
