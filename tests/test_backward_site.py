@@ -452,6 +452,22 @@ def test_stages_01_and_02_figures_are_unchanged():
     assert got == FIRST_FIGURES
 
 
+# Stage 03's figures as they were drawn before the drafted stages 04-06 (research/backward_next/) taught the
+# generator the dQ path through shared memory, bulk reduce-adds, ordered turns and warp specialization
+# (sha256 of the whole svg + NUL + caption). A change here is a change to stage 03's page.
+THIRD_FIGURES = {"b03-operands": "6756a3d4ec56230fda4d", "b03-dq": "7b785f6ef663fc5a4399",
+                 "b03-roles": "046d9a1ab2654dec0e8c", "b03-timeline": "d82ad8e326ce29caae0d"}
+
+
+def test_stage_03_figures_are_unchanged():
+    import hashlib
+
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    got = {d.id: hashlib.sha256((d.svg + "\0" + d.caption).encode()).hexdigest()[:20]
+           for d in backward_diagrams(stages[2], stages)}
+    assert got == THIRD_FIGURES
+
+
 def test_stage_03_figures_are_legible_and_stable():
     stages = lineage.discover(lineage.BACKWARD_DIR)
     stage = stages[2]
