@@ -23,12 +23,14 @@ import sys
 import time
 from pathlib import Path
 
+from hopattn.records import rowwise as rowwise_records
+
 from bench import env, stats, timing
 from bench.report import Log
 from bench.rowwise_arms import PEERS, Arm, copy_arm, peer_arm, stage_arm
 
 SCHEMA_VERSION = 1
-SIZES = {"4k": (32768, 4096), "8k": (32768, 8192), "16k": (16384, 16384), "64k": (4096, 65536), "256k": (1024, 262144)}
+SIZES = rowwise_records.SIZES  # size -> (rows, columns), shared with the site's figures
 EPS = 1e-6
 WARM_MS = 30.0       # per arm and round (timing.WARM_MS is 300: too long for 5 sizes x 11 arms)
 BUDGET_MS = 120.0    # timed launches per arm-round stay near this (a slow stage gets fewer)

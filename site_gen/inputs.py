@@ -1,12 +1,13 @@
 """Everything the site is made from, read and validated before anything is rendered: the lineages
-(kernels/attention, and the backward's kernels/attention_backward where it exists), the benchmark
-results (bench/results), the per-warp trace records (bench/results/traces/<gpu>/) and the compiler
-facts (kernels/compiler_facts). Bad input fails here, naming the file and the field, and the
-previous site stays as it was.
+(kernels/attention, the backward's kernels/attention_backward and Part II's kernels/rmsnorm where
+they exist), the benchmark results (bench/results, and Part II's bench/results/rmsnorm), the per-warp
+trace records (bench/results/traces/<gpu>/) and the compiler facts (kernels/compiler_facts). Bad
+input fails here, naming the file and the field, and the previous site stays as it was.
 
 The backward's stages are kept apart from the forward's (``backward``, ``backward_hashes``,
 ``backward_facts``): the two lineages number their stages alike (both have a 01-baseline), so
-nothing keyed by a stage's id or name mixes them.
+nothing keyed by a stage's id or name mixes them; so are Part II's (``rmsnorm``, typed by
+hopattn.rowwise, with its own hashes, facts and results).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopattn import lineage
+from hopattn import lineage, rowwise
 from hopattn.records import compiler_facts, results, traces
+from hopattn.records import rowwise as rowwise_results
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,10 @@ class Inputs:
     backward: list[lineage.Stage] = field(default_factory=list)  # Act V: kernels/attention_backward
     backward_hashes: dict[str, str] = field(default_factory=dict)  # backward stage id -> its source hash now
     backward_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
+    rmsnorm: list[rowwise.RowStage] = field(default_factory=list)  # Part II: kernels/rmsnorm
+    rmsnorm_hashes: dict[str, str] = field(default_factory=dict)  # RMSNorm stage id -> its source hash now
+    rmsnorm_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
+    rmsnorm_results: list[rowwise_results.RowResults] = field(default_factory=list)  # bench/results/rmsnorm
 
     @property
     def trace_gpu(self) -> str | None:
@@ -42,13 +48,16 @@ class Inputs:
         return self.traces.get(self.trace_gpu, {}).get((stage.id, causal))
 
     def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
+        if isinstance(stage, rowwise.RowStage):
+            return self.rmsnorm_facts[stage.name]
         return (self.backward_facts if stage.backward else self.facts)[stage.name]
 
     def stale_facts(self) -> list[str]:
         """'NN-slug: why' for every stage whose compiler facts are missing or stale (the backward's
         as 'backward NN-slug: why')."""
         return ([f"{name}: {problem}" for name, (_, problem) in self.facts.items() if problem]
-                + [f"backward {name}: {problem}" for name, (_, problem) in self.backward_facts.items() if problem])
+                + [f"backward {name}: {problem}" for name, (_, problem) in self.backward_facts.items() if problem]
+                + [f"rmsnorm {name}: {problem}" for name, (_, problem) in self.rmsnorm_facts.items() if problem])
 
 
 def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
@@ -71,9 +80,14 @@ def load(root: Path) -> Inputs:
     stages = lineage.discover(root / "kernels" / "attention")
     folder = root / "kernels" / lineage.BACKWARD_DIR.name
     backward = lineage.discover(folder) if folder.is_dir() else []
+    folder = root / "kernels" / lineage.RMSNORM_DIR.name
+    rmsnorm = rowwise.discover(folder) if folder.is_dir() else []
     return Inputs(root=root, stages=stages, hashes={s.id: s.source_hash() for s in stages},
                   results=results.load_indexed(root / "bench" / "results"),
                   facts={s.name: _facts(s) for s in stages},
                   traces=_traces(root / "bench" / "results" / "traces"),
                   backward=backward, backward_hashes={s.id: s.source_hash() for s in backward},
-                  backward_facts={s.name: _facts(s) for s in backward})
+                  backward_facts={s.name: _facts(s) for s in backward},
+                  rmsnorm=rmsnorm, rmsnorm_hashes={s.id: s.source_hash() for s in rmsnorm},
+                  rmsnorm_facts={s.name: _facts(s) for s in rmsnorm},
+                  rmsnorm_results=rowwise_results.load_all(root / "bench" / "results" / "rmsnorm") if rmsnorm else [])

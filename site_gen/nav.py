@@ -1,5 +1,5 @@
-"""The site navigation: overview, hand-written pages, the stages, the backward's stages (Act V), the
-gallery.
+"""The site navigation: overview, hand-written pages, the stages, the backward's stages (Act V),
+Part II's overview and stages (the memory-bound kernels), the gallery.
 
 Built from the hand-written pages on disk and the generated ones in memory, so a page added by the
 docs writers shows up without editing mkdocs.yml, and a missing one never breaks a strict build.
@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 ACT_V = "Act V — the backward pass"
+PART_II = "Part II — memory-bound kernels"
 PREFERRED = ["introduction.md", "background.md", "method.md", "reading-guide.md", "reading_guide.md"]
 
 
 def nav(docs_dir: Path, generated: list[str]) -> list:
     """``generated``: the paths of the generated pages (index.md, gallery.md, stages/NN-slug.md,
-    backward/NN-slug.md)."""
+    backward/NN-slug.md, rmsnorm/index.md and rmsnorm/NN-slug.md)."""
     hand = sorted(p.name for p in Path(docs_dir).glob("*.md") if p.name not in generated)
     ordered = [n for n in PREFERRED if n in hand] + [n for n in hand if n not in PREFERRED]
     stages = sorted(p for p in generated if p.startswith("stages/"))
@@ -27,6 +28,10 @@ def nav(docs_dir: Path, generated: list[str]) -> list:
     backward = sorted(p for p in generated if p.startswith("backward/"))
     if backward:
         out.append({ACT_V: backward})
+    part_ii = sorted(p for p in generated if p.startswith("rmsnorm/"))
+    if part_ii:
+        part_ii.sort(key=lambda p: p != "rmsnorm/index.md")  # the part's overview first
+        out.append({PART_II: part_ii})
     if "gallery.md" in generated:
         out.append("gallery.md")
     return out

@@ -17,24 +17,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hopattn import lineage
+from hopattn import rowwise as rowwise_spec
 from hopattn.records import models as model_records
 
 from . import fragments, inputs, models_page
 from .benchmark_section import backward as backward_numbers
 from .benchmark_section import chart, headline, model_vs_measured, tables
+from .benchmark_section import rowwise as rowwise_numbers
 from .benchmark_section import section as benchmark
 from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
+from .compiler_section import rowwise as rowwise_compiler
 from .compiler_section import section as compiler
 from .diagrams import Diagram, concept_diagrams, diagram, doc_diagrams, stage_diagrams, timeline_section
 from .diagrams import section as diagrams
 from .diagrams.backward import backward_diagrams
+from .diagrams.rowwise import rowwise_diagrams
 from .diff_section import section as diff
 from .html import figure
-from .pages import backward, docs_figures, gallery, overview, stage
+from .pages import backward, docs_figures, gallery, overview, rowwise, stage
 
 CHART = "assets/generated/progression.svg"
 BACKWARD_CHART = "assets/generated/progression-backward.svg"
+RMSNORM_CHART = "assets/generated/progression-rmsnorm.svg"
 DIFFS = "assets/generated/diffs"  # each stage's diff, loaded by its page (site_gen/fragments.py)
 PACKAGE = Path(__file__).resolve().parent
 
@@ -124,6 +129,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
                 benchmark_md=benchmark_md, headline_md=headline_md, lead_md=lead_md)
 
     backward_drawn = _render_backward(inp, site, cache)
+    rmsnorm_drawn = _render_rmsnorm(inp, site, cache)
 
     with naming("the overview", root / "bench" / "results", root):
         site.pages["index.md"] = _overview(inp, site, cache)
@@ -131,6 +137,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
         docs = _doc_diagrams(stages, specs, cache)
         everything = {d.id: d for _s, mine in drawn.values() for d in mine} | {d.id: d for d in docs}
         everything |= {d.id: d for _s, mine in backward_drawn.values() for d in mine}
+        everything |= {d.id: d for _s, mine in rmsnorm_drawn.values() for d in mine}
         docs_figures.add([everything[i] for i in docs_figures.referenced(root / "docs") if i in everything], site)
     with naming("the gallery", root / "docs", root):
         site.pages["gallery.md"] = gallery.gallery_page(stages, drawn, site, docs, root / "docs", measured=measured)
@@ -169,6 +176,91 @@ def _render_backward(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
                 s, prev, nxt, diff_html=diff_md, diagram_parts=parts, compiler_md=compiler_md,
                 benchmark_md=benchmark_md, headline_md=headline_md, lead_md=lead_md)
     return drawn
+
+
+def _render_rmsnorm(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
+    """Part II: a page per RMSNorm stage (rmsnorm/NN-slug.md) and the part's overview (rmsnorm/index.md),
+    of the attention stages' form; returns {stage number: (stage, its diagrams)}."""
+    stages, root = inp.rmsnorm, inp.root
+    drawn: dict = {}
+    if not stages:
+        return drawn
+    specs = [[st.name, st.spec_path.read_text()] for st in stages]
+    where = root / "bench" / "results" / "rmsnorm"
+    for i, s in enumerate(stages):
+        prev = stages[i - 1] if i else None
+        nxt = stages[i + 1] if i + 1 < len(stages) else None
+        with naming(f"the diagrams of RMSNorm stage {s.name}", s.spec_path, root):
+            mine = _rowwise_diagrams(s, stages, specs, cache)
+            drawn[s.number] = (s, mine)
+            lead = rowwise.lead_for(s, mine)
+            parts = rowwise.diagram_parts(s, mine, drawn, lead, site)
+            lead_md = rowwise.lead_figure(mine, lead, site)
+        with naming(f"the diff of RMSNorm stage {s.name}", s.kernel_path, root):
+            diff_md = site.add_fragment(f"diff-rmsnorm-{s.name}", diff.diff_section(s, prev, cache),
+                                        file=(f"{DIFFS}/rmsnorm-{s.name}.html", 2, "the diff"))
+        with naming(f"the compiler section of RMSNorm stage {s.name}", s.kernel_path, root):
+            facts, _problem = inp.facts_of(s)
+            compiler_md = compiler.compiler_section(s, prev, inp.facts_of, name=rowwise.stage_name, memory_bound=True)
+            compiler_md += "\n" + rowwise_compiler.instances_section(s, facts)
+        with naming(f"the benchmark section of RMSNorm stage {s.name}", where, root):
+            benchmark_md = rowwise_numbers.stage_section(s, prev, inp.rmsnorm_hashes[s.id], inp.rmsnorm_results)
+            headline_md = site.add_fragment(f"headline-rmsnorm-{s.name}", rowwise_numbers.headline(
+                s, inp.rmsnorm_hashes[s.id], inp.rmsnorm_results))
+        with naming(f"the page of RMSNorm stage {s.name}", s.notes_path, root):
+            site.pages[rowwise.page_path(s)] = rowwise.stage_page(
+                s, prev, nxt, diff_html=diff_md, diagram_parts=parts, compiler_md=compiler_md,
+                benchmark_md=benchmark_md, headline_md=headline_md, lead_md=lead_md)
+    with naming("the overview of Part II", where, root):
+        site.pages[f"{rowwise.FOLDER}/index.md"] = _rmsnorm_overview(inp, site)
+    return drawn
+
+
+def _rowwise_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
+    def make():
+        return [dataclasses.asdict(d) for d in rowwise_diagrams(stage, stages)]
+
+    drawn = cache.get("rowwise-diagrams", [stage.name, specs], make,
+                      code=[Path(diagram.__file__).parent, Path(lineage.__file__), Path(rowwise_spec.__file__)],
+                      libraries=["svgwrite"])
+    return [Diagram(**d) for d in drawn]
+
+
+def _rmsnorm_overview(inp: inputs.Inputs, site: Site) -> str:
+    """Part II's overview: the climb against the copy ceiling (or "not measured yet"), the stages, the
+    numbers, the compiler at a glance and the run the numbers come from."""
+    main = inp.rmsnorm_results[0] if inp.rmsnorm_results else None
+    climb = None
+    if main is not None:
+        climb = rowwise_numbers.climb_diagram(rowwise_numbers.climb_data(inp.rmsnorm, main), main.gpu_name,
+                                              main.run["date"])
+    climb_md = ""
+    if climb is None:  # the chart's frame, empty, and the sentence that says why
+        where = f"`bench/results/rmsnorm/{main.gpu}.json`" if main else "`bench/results/rmsnorm/<gpu>.json`"
+        climb_md = (f"**{rowwise_numbers.NOT_MEASURED}.** No RMSNorm stage has an entry in {where}: the climb, "
+                    "GB/s per stage at 4k, 16k, 64k and 256k against the copy ceiling timed in the same run, appears "
+                    f"once `{rowwise_numbers.COMMAND}` has run on a GPU (`{rowwise_numbers.GPU_COMMAND}` builds, tests "
+                    "and times in one command).\n\n")
+        climb = rowwise_numbers.empty_climb(inp.rmsnorm)
+    site.add_asset(RMSNORM_CHART, climb.standalone)
+    climb_md += site.add_fragment("climb-rmsnorm", figure(climb.id, climb.svg, climb.caption, climb.title,
+                                                          "../" + RMSNORM_CHART, kind="chart"))
+    if main is not None:
+        env = main.run["environment"]
+        environment_md = (f"**{main.gpu_name}** (`bench/results/rmsnorm/{main.gpu}.json`): run {main.run['date']}, "
+                          f"commit `{(main.run.get('git_commit') or 'unknown')[:12]}`"
+                          + (" with uncommitted changes" if main.run.get("git_dirty") else "")
+                          + f", `{main.run.get('command', '')}`; torch {env.get('torch', '?')}, CUDA "
+                          f"{env.get('cuda', '?')}, driver {env.get('driver', '?')}.\n")
+    else:
+        environment_md = f"No RMSNorm run recorded yet: {rowwise_numbers.NOT_MEASURED.lower()}.\n"
+    return rowwise.overview_page(
+        inp.rmsnorm, climb_md=climb_md,
+        numbers_md=(f"Numbers from {main.gpu_name}; GB/s, and × the copy of the same run.\n\n" if main else
+                    f"{rowwise_numbers.NOT_MEASURED}: every cell waits for a GPU run.\n\n")
+        + rowwise_numbers.overview_table(inp.rmsnorm, inp.rmsnorm_hashes, main),
+        compiler_md=rowwise_compiler.overview_table(inp.rmsnorm, inp.facts_of),
+        environment_md=environment_md)
 
 
 def _backward_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
@@ -245,7 +337,7 @@ def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
         model_md=model_vs_measured.overview_section(inp, site),
         gpu_name=main.gpu_name if main else None,
         reading_guide=next((n for n in ("reading-guide.md", "reading_guide.md") if (docs / n).is_file()), None),
-        backward=inp.backward, backward_md=_backward_overview(inp, site))
+        backward=inp.backward, backward_md=_backward_overview(inp, site), part_ii=inp.rmsnorm)
 
 
 def generate(root: Path, *, use_cache: bool = True) -> tuple[Site, inputs.Inputs, float]:

@@ -45,6 +45,7 @@ def test_every_instance_is_recorded_main_first_without_spills(stage):
     assert {producer.instance_dtype(f["function"]) for f in functions} == set(stage.spec.supports.dtypes)
     assert len({f["function"] for f in functions}) == len(functions)
     assert all(f["spill_stores"] == f["spill_loads"] == 0 for f in functions), stage.name
+    assert facts["dynamic_smem"] == 0 and facts["dynamic_smem_expr"] == "0"  # every configuration launches with none
     # 1024-thread CTAs hold at most 64 registers a thread (64K registers an SM)
     assert all(f["registers"] <= 64 for f in functions if "Li1024E" in f["function"])
 

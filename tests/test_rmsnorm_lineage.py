@@ -91,3 +91,70 @@ def test_every_stage_compiles_without_spills():
         spilled = {n: f for n, f in functions.items() if f[1] or f[2]}
         assert not spilled, f"stage {stage.id} spills: {spilled}"
         assert all(f[0] <= 64 for n, f in functions.items() if "Li1024E" in n), "1024-thread CTAs need <= 64 registers"
+
+
+# --- [[config]]: the launch configurations the figures deal a row out to --------------------------
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+def test_configs_match_the_launcher(stage):
+    assert rowwise.config_mismatches(stage) == []
+    held = [c for c in stage.spec.config if c.vectors]
+    found = rowwise.launcher_configs(stage.kernel_path.read_text())
+    assert (found is None) == (not held)
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+def test_every_config_is_a_compiled_bf16_instance(stage):
+    """Each [[config]] against the compiler facts (made from kernel.cu): the held ones by their
+    template arguments <T, threads per row, vectors, rows per CTA[, cluster]>, the streamed ones by
+    their kernel's 16-byte instance."""
+    from hopattn.compiler.facts import _INT_ARG_RE, _matches_kernel, instance_dtype
+    from hopattn.records import compiler_facts
+
+    facts = compiler_facts.load(stage)
+    instances = [(f["function"], tuple(int(n) for n in _INT_ARG_RE.findall(f["function"])))
+                 for f in [facts, *facts["other_functions"]] if instance_dtype(f["function"]) == "bf16"]
+    for i, c in enumerate(stage.spec.config):
+        mine = [ints for fn, ints in instances if _matches_kernel(fn, c.kernel)]
+        if c.vectors:
+            want = (c.threads_per_row, c.vectors, c.rows_per_cta)
+            assert want in mine or want + (c.cluster,) in mine, (stage.name, i, mine)
+        else:
+            assert () in mine or (8,) in mine, (stage.name, i, mine)  # 8 bf16: a 16-byte access
+
+
+def test_a_row_goes_to_the_first_config_that_holds_it():
+    stage04, stage05 = STAGES[3], STAGES[4]
+    picked = {cols: stage04.spec.config_for(cols) for cols in (256, 257, 4096, 65536, 65537)}
+    assert [(c.threads_per_row, c.vectors) for c in picked.values()] == [(32, 1), (32, 2), (64, 8), (1024, 8),
+                                                                         (512, 0)]
+    assert stage04.spec.config_for(32768, element_bytes=4).threads_per_row == 1024  # 32k fp32 fills one CTA
+    assert stage05.spec.config_for(262144).cluster == 4 and stage05.spec.config_for(524288).cluster == 8
+    assert stage05.spec.config_for(524289).vectors == 0  # past the largest cluster: stage 03's CTA, read twice
+    assert [c.owner for c in stage05.spec.config[-4:]] == ["cluster"] * 3 + ["cta"]
+    assert stage05.spec.config[-2].levels == ("thread", "warp", "cta", "cluster")
+
+
+def test_a_config_that_disagrees_is_reported(tmp_path):
+    stage = STAGES[3]
+    folder = tmp_path / "rmsnorm" / stage.dir.name
+    shutil.copytree(stage.dir, folder)
+    shutil.copytree(stage.dir.parent / "common", tmp_path / "rmsnorm" / "common")
+    spec = folder / "stage.toml"
+    text = spec.read_text()
+    spec.write_text(text.replace("threads_per_row = 64\nvectors = 8", "threads_per_row = 96\nvectors = 8", 1))
+    assert "kernel.cu's with_config launches" in rowwise.config_mismatches(rowwise.load_stage(folder))[0]
+    # against the rest of the spec, at load time, naming the field
+    spec.write_text(text.replace('reads = 1 ', 'reads = 2 ', 1))
+    with pytest.raises(lineage.SpecError, match=r"field 'row.reads' must be 1 \(the fewest of its \[\[config\]\]\)"):
+        rowwise.load_stage(folder)
+    spec.write_text(text.replace("vectors = 1\n", "vectors = 1\nmax_cols = 256\n", 1))
+    with pytest.raises(lineage.SpecError, match=r"field 'config\[0\].max_cols' must be left out where the row is held"):
+        rowwise.load_stage(folder)
+    spec.write_text(text.replace("rows_per_cta = 8\n", "rows_per_cta = 64\n", 1))
+    with pytest.raises(lineage.SpecError, match=r"field 'config\[0\].rows_per_cta' must be at most"):
+        rowwise.load_stage(folder)
+    spec.write_text(text.replace("vectors = 1\n", "vectors = 1\nwarps = 2\n", 1))
+    with pytest.raises(lineage.SpecError, match=r"\[\[config\]\]\[0\].warps: unknown key"):
+        rowwise.load_stage(folder)

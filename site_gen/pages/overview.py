@@ -40,9 +40,18 @@ FlashAttention-2 timed in the same run.
 """
 
 
+PART_II = """\
+Part II turns to the other half of a transformer's kernels, the memory-bound ones, on the same
+generator: [RMSNorm](rmsnorm/index.md) first, a lineage of {n} stage{s} from a row per thread to a
+cluster per row reduced through distributed shared memory, each at `/rmsnorm/NN-slug/` with the same
+sections and anchors. Their figures show who holds which bytes of a row, the reduction tree and the
+bytes per element; their numbers are GB/s against the copy ceiling timed in the same run.
+"""
+
+
 def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: str, compiler_md: str,
                gpu_name: str | None, reading_guide: str | None = None, users_md: str = "",
-               model_md: str = "", backward=(), backward_md: str = "") -> str:
+               model_md: str = "", backward=(), backward_md: str = "", part_ii=()) -> str:
     act_v = (f" Its backward, [Act V](#backward), is a lineage of {len(backward)} stage"
              f"{'s' if len(backward) != 1 else ''} of its own.") if backward else ""
     parts = [
@@ -75,6 +84,9 @@ def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: st
         parts.append(BACKWARD.format(first=f"Backward {backward[0].id} · {backward[0].title.split(':')[0]}",
                                      first_name=backward[0].name))
         parts.append(backward_md)
+    if part_ii:
+        parts.append("## Part II: memory-bound kernels {#part-ii}\n")
+        parts.append(PART_II.format(n=len(part_ii), s="s" if len(part_ii) != 1 else ""))
     if model_md:  # site_gen/benchmark_section/model_vs_measured.py
         parts += ["## The model against the GPU {#model}\n", model_md]
     parts.append("## Where the numbers come from {#environment}\n")

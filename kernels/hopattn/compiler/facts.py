@@ -23,12 +23,20 @@ def toolchain() -> dict[str, str]:
     return {tool: cuda_tools.version(cuda_tools.require(tool)) for tool in ("nvcc", "cuobjdump", "nvdisasm")}
 
 
+_INFO_SMEM_RE = re.compile(r"\binfo->dynamic_smem\s*=\s*([^;]+);")
+
+
 def dynamic_smem(source: str) -> tuple[int | None, str]:
     """(bytes, the expression as written) of the dynamic shared memory the stage launches with:
     the third argument of the ABI's ``describe_kernel(kernel, threads, dynamic_smem, ...)``, which
-    ptxas cannot see (it only reports static ``__shared__`` arrays)."""
+    ptxas cannot see (it only reports static ``__shared__`` arrays); a rowwise stage's
+    (kernels/rmsnorm/common/abi_rmsnorm.h) sets ``info->dynamic_smem`` for each configuration
+    instead, known when every one sets the same."""
     args = cpp.call_arguments(source, "describe_kernel")
     if not args or len(args) < 3:
+        exprs = sorted({" ".join(e.split()) for e in _INFO_SMEM_RE.findall(source)})
+        if len(exprs) == 1:
+            return cpp.evaluate(exprs[0], cpp.constants(source)), exprs[0]
         return None, ""
     expr = " ".join(args[2].split())
     return cpp.evaluate(expr, cpp.constants(source)), expr
