@@ -111,6 +111,7 @@ def optional(kind: Kind, default, doc: str = ""):
 
 GRIDS = ("tiles", "num_sms")
 P_OPERANDS = ("smem", "registers")
+DQ_DETERMINISTIC = ("second pass", "ordered")  # how a backward stage's deterministic mode sums dQ
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,13 @@ class Diagram:
     dq_pass_keys: int | None = optional(POSITIVE, None,
                                         doc="backward stages: keys per step of the deterministic mode's dQ pass; "
                                             "left out: block_n")
+    dq_deterministic: str | None = optional(_choice(DQ_DETERMINISTIC), None,
+                                            doc="backward stages with supports.deterministic: how that mode sums dQ. "
+                                                "second pass: the main kernel computes dK and dV only and a second "
+                                                "kernel walks each query block's keys in order (dq_pass_keys a step); "
+                                                "ordered: the same kernel, each query block's dQ additions made in "
+                                                "key-block order (a turn counter per query block and dQ operation "
+                                                "of the step). Left out: second pass")
 
 
 _REGISTERS = Kind("0 or a setmaxnreg budget (24..256, multiple of 8)",
@@ -296,6 +304,9 @@ def load_spec(path: Path) -> StageSpec:
     if owned != list(range(warp_count)):
         raise SpecError(f"{path}: field 'roles[].warps' must assign each of the {warp_count} warps "
                         f"(launch.threads / 32) to exactly one role (got {owned})")
+    if spec.diagram.dq_deterministic is not None and not spec.supports.deterministic:
+        raise SpecError(f"{path}: field 'diagram.dq_deterministic' says how a deterministic mode sums dQ, and "
+                        f"supports.deterministic is false (got {spec.diagram.dq_deterministic!r})")
     role_names = tuple(sorted({r.name for r in spec.roles}))
     for i, s in enumerate(spec.schedule):
         if s.role not in role_names:

@@ -25,7 +25,7 @@ The backward (Act V, stage.backward) walks the other axis: a CTA owns a block of
 runs over the query blocks. Its iteration loads Q and dO (L2 hits: every key block of the head reads
 them) and runs five GEMMs (qk, dp, dv, dk, dq; 2·block_m·block_n·head_dim FLOP each); the prologue
 is its K/V load (once per CTA) and the epilogue the dK/dV store (kind store_dkdv; implicit after
-the last dK and dV when the spec has none). The dQ atomics are not modelled.
+the last dK and dV when the spec has none). The dQ atomics (or bulk reduce-adds) are not modelled.
 """
 
 from __future__ import annotations

@@ -27,10 +27,11 @@ LEGEND = (("load_q", "q", "load Q"), ("load_k", "k", "load K"), ("load_kv", "k",
 # The backward's kinds (Act V): its own colours and legend, so no forward picture changes.
 BACKWARD_COLOUR = {"load_q": "q", "load_do": "o", "load_k": "k", "load_v": "v", "load_kv": "k", "qk": "s",
                    "dp": "p", "softmax": "accent", "dv": "store", "dk": "consumer2", "dq": "bar",
-                   "store_dkdv": "warp"}
+                   "store_dkdv": "warp", "reduce_dq": "bar"}
 BACKWARD_LEGEND = (("load_q", "load Q"), ("load_do", "load dO"), ("load_kv", "load K+V"), ("load_k", "load K"),
                    ("load_v", "load V"), ("qk", "S = QKᵀ"), ("dp", "dP = dO Vᵀ"), ("softmax", "P, dS"),
-                   ("dv", "dV += Pᵀ dO"), ("dk", "dK += dSᵀ Q"), ("dq", "dQ += dS K"), ("store_dkdv", "store dK, dV"))
+                   ("dv", "dV += Pᵀ dO"), ("dk", "dK += dSᵀ Q"), ("dq", "dQ += dS K"), ("store_dkdv", "store dK, dV"),
+                   ("reduce_dq", "+dQ: the tile's bulk reduce-add"))  # (the roles figure's: no schedule kind)
 
 
 def backward_legend(stage) -> tuple[tuple[str, str], ...]:
@@ -244,9 +245,26 @@ def _backward_end(c, stage, kinds, did, title, height) -> Diagram:
            "`[[schedule]]`: one query block's ops in program order per role, asynchronous ops issued as their "
            "`after` dependencies allow, one op at a time per unit; the five GEMMs are 2·block_m·block_n·head_dim "
            f"FLOP each, Q and dO come from L2, K and V once from HBM. Rates: {rates.ASSUMPTIONS}. "
-           "Not modelled: latencies, the CTA barriers' waits and the dQ atomics' traffic. "
+           f"Not modelled: {_backward_unmodelled(stage)}. "
            "Bars alternate shade by query block; the number in a bar is its query block.")
     return Diagram(did, title, "timeline", stage.number, c.tostring(), cap, W, height)
+
+
+def _backward_unmodelled(stage) -> str:
+    """What the backward's schedule model leaves out: latencies, the waits where the warps meet (the
+    CTA's barriers, or, when the GEMMs are one role's of several, its named barriers and the roles'
+    mbarriers) and dQ's traffic (atomics, or bulk reduce-adds and the deterministic mode's turns)."""
+    from .backward import facts as bwd
+    from .backward import roles as bwd_roles
+
+    several = len(stage.roles) > 1 and bwd_roles.computing_role(stage) is not None
+    parts = ["latencies", "the named barriers' and mbarriers' waits" if several else "the CTA barriers' waits"]
+    path = bwd.dq_path(stage)
+    parts.append("the dQ bulk reduce-adds' traffic (the TMA unit's, beside the loads)" if path.bulk else
+                 "the dQ atomics' traffic")
+    if path.ordered:
+        parts.append("the deterministic mode's turns")
+    return f"{parts[0]}, {parts[1]} and {parts[2]}" if len(parts) == 3 else "; ".join(parts)
 
 
 def schedule_colour(unit: str) -> str:

@@ -22,8 +22,9 @@ PARTS = (("memory", "operands", "Where the operands of the five GEMMs live"),
 UNCHANGED = {"memory": "the operands live where they did there", "dq": "dQ is summed as it was there",
              "roles": "the roles and their barriers are the same", "timeline": "the schedule model places the same work"}
 # The figure each backward stage's page opens with: the picture of what its one change changes
-# (by kind; default: the operands').
-LEAD = {1: "memory", 2: "dq"}
+# (by kind; default: the operands'). 04-06, drafted in research/backward_next/: dQ through shared
+# memory, dQ's deterministic mode as ordered additions, the roles of warp specialization.
+LEAD = {1: "memory", 2: "dq", 4: "dq", 5: "dq", 6: "roles"}
 FOLDER = "backward"
 
 
@@ -90,9 +91,12 @@ def _facts(stage) -> str:
                       + (f", {r.registers} regs" if r.registers else "") + ")" for r in stage.roles)
     smem = f"{stage.smem_bytes / 1024:.0f} KiB shared memory" if stage.smem_bytes else "no shared memory"
     path = bwd_facts.dq_path(stage)
-    dq = f"dQ by {path.mechanism}" if path.atomic else "dQ in registers"
+    b = path.bulk
+    dq = (f"dQ by bulk reduce-adds from shared memory ({b.ops} per CTA and step)" if b else
+          f"dQ by {path.mechanism}" if path.atomic else "dQ in registers")
     modes = "causal and non-causal" if stage.causal else "non-causal only"
-    det = ", deterministic mode" if stage.deterministic else ""
+    det = (", deterministic mode" + (" (dQ's additions in key-block order)" if path.ordered else "")
+           if stage.deterministic else "")
     return (f"`{stage.arch}` · a CTA per {stage.block_n} keys, {stage.block_m} query rows a step, head dim "
             f"{stage.head_dim} · {stage.threads} threads: {roles} · {smem} · {dq} · {modes}{det}")
 
@@ -154,6 +158,26 @@ def atomics_note(stage, facts: dict | None) -> str:
 
     loop = (facts.get("loop") or {}).get("opcodes", {})
     whole = reds(facts["opcodes"])
+    if path.bulk:
+        return _bulk_note(path, facts["opcodes"], loop, whole)
     return (f"\n**dQ's atomics in the SASS:** {reds(loop):,} reduction instructions in the main loop "
             f"({whole:,} in the whole kernel); stage.toml says {path.instructions} per thread per query block "
             f"({path.mechanism}" + (f", {path.vector} floats each" if path.vector > 1 else "") + ").\n")
+
+
+def _bulk_note(path, opcodes: dict, loop: dict, other_reds: int) -> str:
+    """dQ's bulk reduce-adds in the SASS (UBLKRED) against the spec's one per tile and step; the
+    reductions beside them (RED, ATOM) are not dQ's: the deterministic mode's turns and ticket."""
+    b = path.bulk
+
+    def count(ops: dict) -> int:
+        return sum(v for k, v in ops.items() if k.split(".")[0] == "UBLKRED")
+
+    note = (f"\n**dQ's bulk reduce-adds in the SASS:** {count(opcodes):,} UBLKRED in the kernel ({count(loop):,} in its "
+            f"main loop); stage.toml says one per {bwd_facts.group_name(b.writers)} and query block, {b.ops} per CTA "
+            f"({b.tile_bytes // 1024} KiB each, {b.ptx})")
+    if other_reds:
+        what = ("the deterministic mode's turn counts" + (" and ticket" if path.ordered.ticket else "")
+                if path.ordered else "none of them dQ's")
+        note += f"; {other_reds:,} other reduction instructions (RED, ATOM): {what}"
+    return note + ".\n"

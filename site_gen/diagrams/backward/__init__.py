@@ -1,7 +1,8 @@
 """The backward's pictures (Act V), drawn from a backward stage's stage.toml like the forward's:
 
   operands_diagram   where the operands of the five GEMMs live (global, shared memory, registers)
-  dq_diagram         how the key blocks' shares of dQ are summed: atomics, or the deterministic pass
+  dq_diagram         how the key blocks' shares of dQ are summed: atomics, or bulk reduce-adds from shared
+                     memory; the deterministic pass, or additions in key-block order
   roles_diagram      the warps by role over a few query blocks, with the CTA barriers between them
   timeline_diagram   the schedule model's placement of a few query blocks (diagrams/timeline.py)
 

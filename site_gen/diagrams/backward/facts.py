@@ -20,6 +20,15 @@ them there for every GEMM that wants them as they are held (transposed scores: d
 while dQ's reads the dS buffer); Q, K, V and dO without a buffer are read from global memory.
 The mechanisms are the spec's: ``[movement]`` (kv_fragments, o_store), the schedule's engines and the
 roles' tasks (e.g. "red.global.add.f32"), folded by ``diagrams.engines.family``.
+
+dQ's way (dq_path): reductions from registers, or — a task naming cp.reduce.async.bulk and a "dQ
+accum" buffer — through shared memory: the dQ GEMM's threads store their share into the buffer's
+tiles (one per bulk reduce-add of a step; its copies beyond that are tiles used in turn), and the
+role whose task issues the reduce-adds adds each with one operation (a thread of the writers, or
+the warps that task names: a producer's dQ warps). The deterministic mode is ``[diagram]
+dq_deterministic``: a second pass, or the same kernel's additions in key-block order (the
+instructions of its turns from the tasks that say "deterministic"; the key block from a ticket when
+a [[smem]] "key block" slot holds it).
 """
 
 from __future__ import annotations
@@ -217,9 +226,65 @@ def result(stage, g: Gemm) -> Place:
         return Place(g.out, g.out, "regs", "kept: whole kernel", f"{n * d // threads} fp32 / thread" +
                      ("" if len(store) == 1 else ", staged"))
     path = dq_path(stage)
+    if path.bulk:  # the GEMM's accumulator; dq_route says where it goes from there
+        return Place("dQ", "dQ", "regs", f"per {group_name(path.bulk.writers)}", f"{path.per_thread} fp32 / thread")
     if path.atomic:
         return Place("dQ", "dQ", "smem" if path.staged else "global", path.mechanism, "fp32 sum")
     return Place("dQ", "dQ", "regs", "kept: whole pass", f"{m * d // threads} fp32 / thread")
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """dQ added from shared memory by bulk reduce-adds (cp.reduce.async.bulk ... .add.f32, carried
+    out by the TMA unit): each writer group stores its share into a shared tile as its registers
+    hold it, and one thread adds the whole tile with one operation."""
+
+    ptx: str  # "cp.reduce.async.bulk .add.f32"
+    tile: str  # the [[smem]] buffer's name ("dQ accum")
+    tile_rows: int
+    tile_cols: int
+    tile_bytes: int
+    ops: int  # bulk reduce-adds per CTA and step (query block): block_m × head_dim / the tile's floats
+    tiles_per_op: int  # tiles each writer group fills in turn (the buffer's copies / ops)
+    writers: int  # threads that fill one tile (the dQ GEMM's threads / ops: a warpgroup's 128)
+    store: str  # how they store it ("st.shared.v4"), from the tasks
+    stores: int  # stores per thread and step
+    issuer_role: str  # the role whose task issues the reduce-adds
+    issuer_warps: tuple[int, ...]  # its warps that issue them, when the task names them (a dQ warp each)
+    block_order: bool  # a bulk (not .tensor) operation adds contiguous bytes: the accumulator is in the tiles' order
+
+    @property
+    def own_warps(self) -> bool:
+        """Issued by warps of their own (a producer's dQ warps), not by a thread of each writer group."""
+        return bool(self.issuer_warps)
+
+    @property
+    def issuer(self) -> str:
+        """Who issues one tile's reduce-add: "one thread of the warpgroup", "dQ warp 1 (producer)"."""
+        return f"a dQ warp of the {self.issuer_role}" if self.own_warps else f"one thread of the {group_name(self.writers)}"
+
+    @property
+    def part(self) -> str:
+        """What one tile of the step's dQ is: "half" for two."""
+        return "half" if self.ops == 2 else f"{self.tile_cols}-column part"
+
+
+def group_name(threads: int) -> str:
+    """What the threads that fill one dQ tile are called: a "warpgroup" when 128."""
+    return "warpgroup" if threads == 128 else f"{threads} threads"
+
+
+@dataclass(frozen=True)
+class Ordered:
+    """The deterministic mode as ordered additions ([diagram] dq_deterministic = "ordered"): a turn
+    counter per query block and dQ operation of the step; key block n's issuer waits until it reads
+    n, adds, waits for the addition to complete and counts on."""
+
+    counters: int  # per query block: one per dQ operation of a step (bulk.ops; 1 without a bulk path)
+    wait: str | None  # the instructions the spec's tasks name for each: the read of the turn (ld.acquire.gpu),
+    done: str | None  # the completion wait (cp.async.bulk.wait_group 0),
+    count: str | None  # and the count (red.release.gpu.add)
+    ticket: bool  # the CTA's key block is taken from a ticket in this mode (a [[smem]] "key block" slot)
 
 
 @dataclass(frozen=True)
@@ -227,32 +292,91 @@ class DqPath:
     """How the key blocks' shares of dQ are summed."""
 
     atomic: bool  # into an fp32 accumulator in global memory, in arrival order
-    mechanism: str  # red.global.add.f32, red.global.add.v4.f32, atomicAdd, TMA reduce-add, or "registers"
+    mechanism: str  # red.global.add.f32, red.global.add.v4.f32, atomicAdd, bulk reduce-add, or "registers"
     staged: bool  # through a dQ buffer in shared memory first
     per_cta: int  # floats added per CTA per query block (block_m × head_dim)
-    per_thread: int  # floats added per thread per query block
+    per_thread: int  # floats added (bulk: stored into a tile) per thread per query block
     deterministic: str | None  # how the deterministic mode sums instead ("second pass", "ordered"), None: none
     vector: int = 1  # floats per instruction (red.global.add.v4.f32: 4)
+    bulk: Bulk | None = None  # the share through shared memory, one bulk reduce-add per tile
+    ordered: Ordered | None = None  # the deterministic mode's turns (deterministic == "ordered")
 
     @property
     def instructions(self) -> int:
-        """Reduction instructions per thread per query block."""
-        return self.per_thread // self.vector
+        """Reduction instructions per thread per query block (bulk: per CTA)."""
+        return self.bulk.ops if self.bulk else self.per_thread // self.vector
 
     @property
     def adds_label(self) -> str:
-        """"64 per thread", or "64 floats per thread in 16 instructions" for a vector reduction."""
+        """"64 per thread", "64 floats per thread in 16 instructions" for a vector reduction, or "one per
+        warpgroup and step (16 KiB), 2 per CTA" for bulk reduce-adds."""
+        if self.bulk:
+            b = self.bulk
+            return f"one per {group_name(b.writers)} and step ({b.tile_bytes // 1024} KiB), {b.ops} per CTA"
         if self.vector == 1:
             return f"{self.per_thread} per thread"
         return f"{self.per_thread} floats per thread in {self.instructions} instructions"
 
 
+BULK_RE = re.compile(r"cp\.reduce\.async\.bulk(\.tensor)?")
+
+
+def _warps_named(task: str) -> tuple[int, ...]:
+    """The warps a task names at its start ("warps 1 and 2, ...": (1, 2)); () if none."""
+    m = re.match(r"\s*warps?\s+(\d+(?:\s*(?:,|and)\s*\d+)*)", task)
+    return tuple(int(x) for x in re.findall(r"\d+", m.group(1))) if m else ()
+
+
+def _bulk(stage, text: str) -> Bulk | None:
+    m = BULK_RE.search(text)
+    bufs = smem_of(stage, "dQ")
+    if not m or not bufs:
+        return None
+    buf = bufs[0]
+    rows, cols = (buf.shape + (1,))[:2] if len(buf.shape) == 1 else buf.shape[-2:]
+    elems = rows * cols
+    ops = max(1, stage.block_m * stage.head_dim // elems)
+    threads = threads_of_gemm(stage, "dq") or stage.threads
+    writers = max(1, threads // ops)
+    per_thread = elems // writers
+    store = re.search(r"st\.shared(?:\.v(\d))?(?:\.[a-z0-9]+)*", " ".join(
+        t for r in stage.roles for t in r.tasks if "dq" in t.lower() and "st.shared" in t))
+    width = int(store.group(1)) if store and store.group(1) else 1
+    issuing = [(r, t) for r in stage.roles for t in r.tasks if BULK_RE.search(t)]
+    role, task = issuing[0] if issuing else (stage.roles[0], "")
+    gemm_roles = {op.role for op in stage.schedule if op.kind == "dq"}
+    warps = _warps_named(task) if role.name not in gemm_roles else ()
+    ptx = m.group(0) + (" .add.f32" if ".add.f32" in text else "")
+    return Bulk(ptx, buf.name, rows, cols, buf.bytes // buf.buffers, ops, max(1, buf.buffers // ops), writers,
+                re.sub(r"\.f32$", "", store.group(0)) if store else "st.shared", max(1, per_thread // width),
+                role.name, warps, m.group(1) is None)
+
+
+def _ordered(stage, bulk: Bulk | None) -> Ordered:
+    tasks = [t for r in stage.roles for t in r.tasks if "deterministic" in t.lower()]
+    text = " ".join(tasks)
+
+    def find(pattern):
+        m = re.search(pattern, text)
+        return m.group(0) if m else None
+
+    return Ordered(bulk.ops if bulk else 1, find(r"ld\.acquire\.[a-z]+"), find(r"cp\.async\.bulk\.wait_group \d+"),
+                   find(r"red\.release\.[a-z]+(?:\.add)?"),
+                   any(b.name.lower() == "key block" for b in stage.smem))
+
+
 def dq_path(stage) -> DqPath:
+    """From the spec: the mechanism its engines, tasks and movement name (a bulk reduce-add, a vector
+    or scalar reduction, atomicAdd, else registers), the dQ buffer ([[smem]] "dQ accum") and, for
+    the deterministic mode, [diagram] dq_deterministic (left out: "second pass")."""
     text = text_of(stage)
     m, d = stage.block_m, stage.head_dim
     threads = threads_of_gemm(stage, "dq") or stage.threads
     red = re.search(r"red\.global\.add(?:\.v(\d))?\.f32", text)
-    if "cp.reduce.async.bulk" in text or "reduce-add" in text:
+    bulk = _bulk(stage, text)
+    if bulk:
+        mech = "bulk reduce-add"
+    elif "cp.reduce.async.bulk" in text or "reduce-add" in text:
         mech = "TMA reduce-add"
     elif red:
         mech = red.group(0)
@@ -262,9 +386,36 @@ def dq_path(stage) -> DqPath:
         mech = "registers"
     how = None
     if stage.deterministic:
-        how = "ordered" if re.search(r"\border(ed)?\b.*\b(semaphore|lock|turn)", text) else "second pass"
+        how = stage.diagram.dq_deterministic or "second pass"
     vector = int(red.group(1)) if red and red.group(1) and mech == red.group(0) else 1
-    return DqPath(mech != "registers", mech, bool(smem_of(stage, "dQ")), m * d, m * d // threads, how, vector)
+    per_thread = bulk.tile_rows * bulk.tile_cols // bulk.writers if bulk else m * d // threads
+    return DqPath(mech != "registers", mech, bool(smem_of(stage, "dQ")), m * d, per_thread, how, vector, bulk,
+                  _ordered(stage, bulk) if how == "ordered" else None)
+
+
+def dq_route(stage) -> list[Place]:
+    """Where dQ goes after its GEMM's accumulator, when it goes through shared memory: the shared
+    tile(s) its writers store into, then the accumulator in global memory that the bulk reduce-adds
+    add into ([] otherwise: result() says where it goes)."""
+    b = dq_path(stage).bulk
+    if b is None:
+        return []
+    size = f"{b.tile_bytes // 1024} KiB" if b.tiles_per_op == 1 else f"{b.tiles_per_op} × {b.tile_bytes // 1024} KiB"
+    tiles = "dQ tile" if b.tiles_per_op == 1 else "dQ tiles"
+    return [Place(tiles, "dQ", "smem", f"{b.store}, {b.stores} / thread", size),
+            Place("dQ", "dQ", "global", "bulk reduce-add", "fp32 sum" + (", block order" if b.block_order else ""))]
+
+
+def stats_load(stage) -> str | None:
+    """How the row statistics (lse₂, D) reach a shared buffer of theirs ([[smem]] "LSE, D"), from the
+    task that loads them; None when the softmax reads them from global memory."""
+    if not smem_of(stage, "LSE"):
+        return None
+    for t in (t for r in stage.roles for t in r.tasks):
+        m = re.search(r"lse\S*\s+and\s+D\b[^()]*\((cp\.async\.bulk|cp\.async|ld\.global|tma)", t, re.I)
+        if m:
+            return m.group(1)
+    return "ld.global"
 
 
 def gemm_flops(stage) -> int:
@@ -274,7 +425,7 @@ def gemm_flops(stage) -> int:
 
 def loads(stage) -> list[tuple[str, str, str, str]]:
     """(tensors, level, mechanism, how often) of the tiles that come into the CTA: Q and dO every
-    query block, K and V once."""
+    query block, K and V once, and the row statistics ("LSE, D") when a buffer of theirs holds them."""
     out = []
     for names, mech, when in ((("Q", "dO"), stage.movement.q_load, "every query block"),
                               (("K", "V"), stage.movement.kv_load, "once per CTA")):
@@ -283,4 +434,7 @@ def loads(stage) -> list[tuple[str, str, str, str]]:
                                            ("load_q", "load_do", "load_k", "load_v", "load_kv")), "ld.global"))
         label = "ld.global, st.shared" if fam == "ld.global" and level == "smem" else engines.LABEL.get(fam, fam)
         out.append((", ".join(names), level, label, when))
+    stats = stats_load(stage)
+    if stats:
+        out.append(("LSE, D", "smem", stats, "every query block"))
     return out

@@ -28,7 +28,7 @@ HEAD = {"global": ("Global memory", "HBM and L2 · device"), "smem": ("Shared me
 
 @dataclass(frozen=True)
 class Chip:
-    role: str  # "A", "B", "C"
+    role: str  # "A", "B", "C"; dQ through shared memory also "tile" and "sum" (facts.dq_route)
     place: facts.Place
     sub: float  # sub-row: 0, 1, 2, or 0.5 (between A and B)
 
@@ -39,7 +39,8 @@ def col_x(level: str) -> float:
 
 def plan(stage) -> list[tuple[facts.Gemm, list[Chip]]]:
     """Per GEMM (the ones the schedule runs, in the algorithm's order), its chips and their sub-rows:
-    A above B; the result between them when its column holds neither, else below them."""
+    A above B; the result between them when its column holds neither, else below them; where dQ
+    goes through shared memory (facts.dq_route), its tile and the sum below them."""
     kinds = {op.kind for op in stage.schedule}
     out = []
     for g in facts.gemms(stage):
@@ -47,7 +48,10 @@ def plan(stage) -> list[tuple[facts.Gemm, list[Chip]]]:
             continue
         a, b, c = facts.operand(stage, g, "a"), facts.operand(stage, g, "b"), facts.result(stage, g)
         sub_c = 0.5 if c.level not in (a.level, b.level) else 2
-        out.append((g, [Chip("A", a, 0), Chip("B", b, 1), Chip("C", c, sub_c)]))
+        chips = [Chip("A", a, 0), Chip("B", b, 1), Chip("C", c, sub_c)]
+        if g.kind == "dq":
+            chips += [Chip(role, place, 2) for role, place in zip(("tile", "sum"), facts.dq_route(stage))]
+        out.append((g, chips))
     return out
 
 
@@ -86,12 +90,14 @@ def operands_diagram(stage, stages) -> Diagram:
     where = {(ch.place.base, ch.place.level) for _g, chips in rows for ch in chips if ch.role != "C"}
     in_smem = sorted({t for t, lv in where if lv == "smem"}, key=facts.NAMES.index)
     in_regs = sorted({t for t, lv in where if lv == "regs"}, key=facts.NAMES.index)
+    if facts.stats_load(stage):  # the row statistics, loaded with the step's tiles into a buffer of their own
+        in_smem.append("lse₂, D")
     title = f"Backward stage {stage.id}: where the operands of the five GEMMs live"
     desc = (f"For each of the five GEMMs of backward stage {stage.id} ({', '.join(g.formula for g in facts.gemms(stage))}) "
             f"the place of its A and B operands and of its result: global memory, "
             f"shared memory ({fmt_bytes(stage.smem_bytes)} per CTA) or registers, and the mechanism that reads "
             f"each. In shared memory: {', '.join(in_smem) or 'none'}; in registers: {', '.join(in_regs) or 'none'}. "
-            f"dQ is summed by {path.mechanism}.")
+            f"dQ is summed by {_dq_words(path)}.")
     top = 84
     load_h = 18 + 46 * len(facts.loads(stage))
     soft_h = 64 + (18 if _fenced(stage) else 0)
@@ -116,8 +122,9 @@ def operands_diagram(stage, stages) -> Diagram:
     for i, (names, level, mech, when) in enumerate(facts.loads(stage)):
         by = y + 10 + 46 * i
         colour = facts.COLOUR[names.split(",")[0]]
-        _box(c, col_x("global"), by, (names, f"{stage.block_m if 'Q' in names else stage.block_n}"
-                                      f"×{stage.head_dim} bf16 each"), colour, light=True)
+        size = (f"{stage.block_m} fp32 each" if names == "LSE, D" else
+                f"{stage.block_m if 'Q' in names else stage.block_n}×{stage.head_dim} bf16 each")
+        _box(c, col_x("global"), by, ("lse₂, D" if names == "LSE, D" else names, size), colour, light=True)
         bufs = [b for n in names.split(", ") for b in facts.smem_of(stage, n)]
         dest = _box_text_dest(bufs, level)
         _box(c, col_x(level), by, dest, colour)
@@ -140,13 +147,19 @@ def operands_diagram(stage, stages) -> Diagram:
         for ch in chips:
             p = ch.place
             by = y + 8 + ch.sub * SUB_H
-            if ch.role != "C":
+            if ch.role == "tile":
+                lines = (f"{p.tensor}, {p.shape}", p.how)
+            elif ch.role == "sum":
+                lines = (f"{p.tensor} sum" + (", block order" if "block order" in p.shape else ""),
+                         f"{p.how}, fp32")
+            elif ch.role != "C":
                 lines = (f"{ch.role}: {p.tensor}", p.how)
             elif p.level == "regs":
                 lines = (f"C: {p.tensor}", p.shape)
             else:
                 lines = (f"C: {p.tensor}, {p.shape}", p.how)
             _box(c, col_x(p.level), by, lines, facts.COLOUR[p.base])
+        _route_arrows(c, chips, y, facts.COLOUR[g.out])
         # the GEMM itself, over the whole band
         x, y0, y1 = col_x("tensor"), y + 8, y + h - 14
         c.rect(x, y0, BOX_W, y1 - y0, fill="panel2", stroke=colour, rx=5, sw=1.6)
@@ -167,7 +180,9 @@ def operands_diagram(stage, stages) -> Diagram:
     y += 12
     notes = [f"Per query block, one CTA: five GEMMs of {flops / 1e6:.2f} MFLOP each "
              f"({5 * flops / 1e6:.2f} MFLOP), against {2 * flops / 1e6:.2f} for the forward's two."]
-    if path.atomic:
+    if path.bulk:
+        notes.append(bulk_note(stage, path))
+    elif path.atomic:
         notes.append(f"dQ: each CTA adds its {stage.block_m}×{stage.head_dim} share into the fp32 accumulator by "
                      f"{path.mechanism} ({path.adds_label}, {path.per_cta:,} floats per CTA per query block).")
     if stage.gqa:
@@ -188,8 +203,50 @@ def operands_diagram(stage, stages) -> Diagram:
         cap = (f"The operands live where they did at backward stage {prev.id}." if same else
                f"Against backward stage {prev.id}: {_form_change(stage, prev, rows)}in shared memory now "
                f"{', '.join(in_smem) or 'nothing'}; in registers {', '.join(in_regs) or 'nothing'}; "
-               f"dQ by {path.mechanism}.")
+               f"dQ by {_dq_words(path)}.")
     return Diagram(did, title, "memory", stage.number, c.tostring(), cap, W, height, signature(stage))
+
+
+def _dq_words(path) -> str:
+    """How dQ is summed, for a caption: the mechanism, or the path through a shared tile."""
+    b = path.bulk
+    if b is None:
+        return path.mechanism
+    tile = (f"a {b.tile_bytes // 1024} KiB shared tile" if b.tiles_per_op == 1 else
+            f"one of {b.tiles_per_op} shared tiles of {b.tile_bytes // 1024} KiB")
+    return (f"one bulk reduce-add ({b.ptx}) per {facts.group_name(b.writers)} and step from {tile} into the fp32 "
+            "accumulator" + (", kept in block order" if b.block_order else ""))
+
+
+def bulk_note(stage, path) -> str:
+    """The operands figure's note on dQ through shared memory."""
+    b = path.bulk
+    group = facts.group_name(b.writers)
+    kib = b.tile_bytes // 1024
+    tiles = (f"a shared tile of {kib} KiB" if b.tiles_per_op == 1 else
+             f"one of its {b.tiles_per_op} shared tiles of {kib} KiB, in turn,")
+    writers = next((op.role for op in stage.schedule if op.kind == "dq"), "")
+    issuer = (f"one thread of the {group}" if not b.own_warps else
+              f"a dQ warp of the {b.issuer_role} (one per {writers} {group})".replace("  ", " "))
+    order = (f" The accumulator is kept in the tiles' order (a {kib} KiB block per query block and "
+             f"{group}), which the conversion kernel undoes." if b.block_order else "")
+    return (f"dQ: each {group} stores its {b.tile_rows}×{b.tile_cols} share ({path.per_thread} fp32 a thread) into {tiles} "
+            f"as its registers hold it ({b.store}, {b.stores} per thread), and {issuer} adds "
+            f"the whole tile into the fp32 accumulator with one bulk reduce-add ({b.ptx}, carried out by the TMA "
+            f"unit): {b.ops} per CTA per query block, {path.per_cta:,} floats.{order}")
+
+
+def _route_arrows(c, chips, y, colour):
+    """dQ's way out, when it goes through shared memory: the accumulator to its tile, the tile to the sum."""
+    at = {ch.role: ch for ch in chips}
+    if "tile" not in at or "sum" not in at:
+        return
+    acc, tile, total = at["C"], at["tile"], at["sum"]
+    yt = y + 8 + tile.sub * SUB_H + BOX_H / 2
+    c.line(col_x(acc.place.level) + 10, y + 8 + acc.sub * SUB_H + BOX_H + 1, col_x(tile.place.level) + BOX_W + 2, yt,
+           stroke=colour, sw=1.5, arrow=True)
+    c.line(col_x(tile.place.level) - 2, yt, col_x(total.place.level) + BOX_W + 2, yt, stroke=colour, sw=1.5,
+           arrow=True)
 
 
 def _box_text_dest(bufs, level) -> tuple[str, ...]:
@@ -258,8 +315,10 @@ def _softmax_band(c, stage, y, h) -> float:
                    fill="muted")
         else:
             c.text((x1 + x2) / 2, ym + 15, "bar.sync", size=12, anchor="middle", fill="muted")
-    # lse and D of each query row: the preprocess's, read from global memory
-    _box(c, col_x("global"), by, ("lse, D per row", "fp32, preprocess"), "accent", light=True)
+    # lse and D of each query row: the preprocess's, read from global memory (or, loaded with the
+    # step's tiles into a buffer of their own, from shared memory: the tiles-in band draws them)
+    if not facts.stats_load(stage):
+        _box(c, col_x("global"), by, ("lse, D per row", "fp32, preprocess"), "accent", light=True)
     c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 + 4, f"{p} = 2^({sc}·c − lse)", size=12, anchor="middle",
            fill="muted")
     c.text(col_x("tensor") + BOX_W / 2, by + BOX_H / 2 + 20, f"{ds} = {p} ∘ ({dp} − D)", size=12, anchor="middle",

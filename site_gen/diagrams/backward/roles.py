@@ -17,10 +17,19 @@ barrier. The barriers (one role, tiles in shared memory): after loads that land 
 mbarrier; before the first GEMM that reads P or dS from shared memory; and before a step may
 overwrite what the previous one read — the next loads (ordinary loads), or, when the loads are a
 thread's TMA completing on mbarriers with no "empty" barrier, at the end of every step.
+
+Where the GEMMs are one role's among several (a producer beside the consumers), the warpgroups of
+that role meet at named barriers of its threads (bar.sync with a count) where they share dS, and
+the roles hand tiles over on mbarriers (the [[smem]] "full" and "empty" ones): the hand-off arrows.
+When dQ goes through shared memory (facts.dq_path().bulk), each query block's bulk reduce-add is
+an event of the role whose task issues it, after the dQ GEMM it adds: on its copies track, or, when
+warps of another role issue it (a producer's dQ warps), on a track of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 
 from .. import engines
@@ -36,9 +45,10 @@ LEFT = 168
 X0, X1 = LEFT + 8, W - 14
 TRACK_H, TRACK_GAP = 26, 4
 BLOCKS = 2  # query blocks drawn
-TRACKS = {"copy": "copies", "tensor": "tensor cores", "softmax": "softmax, epilogue"}
+TRACKS = {"copy": "copies", "tensor": "tensor cores", "softmax": "softmax, epilogue", "reduce": "dQ reduce-adds"}
 SHORT = {"load_q": "Q", "load_do": "dO", "load_k": "K", "load_v": "V", "load_kv": "K V", "qk": "S", "dp": "dP",
-         "softmax": "P dS", "dv": "dV", "dk": "dK", "dq": "dQ", "store_dkdv": "dK dV"}
+         "softmax": "P dS", "dv": "dV", "dk": "dK", "dq": "dQ", "store_dkdv": "dK dV", "reduce_dq": "+dQ"}
+GEMMS = ("qk", "dp", "dv", "dk", "dq")
 LOADS = ("load_q", "load_do", "load_k", "load_v", "load_kv")
 PER_CTA = ("load_k", "load_v", "load_kv", "store_dkdv")
 
@@ -58,6 +68,7 @@ class Event:
 class Sync:
     time: int
     label: str
+    threads: int | None = None  # a named barrier of this many threads (one role's); None: the CTA's
 
 
 @dataclass
@@ -112,9 +123,20 @@ class Owner:
     k_size: int
 
 
+def computing_role(stage) -> str | None:
+    """The role that runs the five GEMMs, when one does (None: they are split among roles)."""
+    roles = {op.role for op in stage.schedule if op.kind in GEMMS}
+    return next(iter(roles)) if len(roles) == 1 else None
+
+
+def _role(stage, name):
+    return next((r for r in stage.roles if r.name == name), None)
+
+
 def units(stage) -> tuple[str, int]:
     """("warp", 4) or ("warpgroup", 2): what issues one MMA, and how many the computing role has."""
-    warps = len(forward_lanes(stage)[0].warps) if len(stage.roles) == 1 else 4
+    comp = _role(stage, computing_role(stage))
+    warps = len(forward_lanes(stage)[0].warps) if len(stage.roles) == 1 else len(comp.warps) if comp else 4
     if facts.mma(stage) == "wgmma":
         return "warpgroup", max(1, warps // 4)
     return "warp", warps
@@ -178,6 +200,67 @@ def ownership_notes(stage, barrier_between: bool) -> list[str]:
     return notes
 
 
+def first_group(stage) -> int:
+    """The warpgroup index of the computing role's first warp (1 when a producer warpgroup comes first)."""
+    comp = _role(stage, computing_role(stage))
+    return min(comp.warps) // 4 if comp else 0
+
+
+def duties(stage) -> dict[int, str]:
+    """What each warp of a role that runs no GEMM does, from its tasks ("warp 0, one thread: the TMA
+    of ...", "warps 1 and 2 ...: cp.reduce.async.bulk", "warp 3: nothing"): "load", "dQ · wg N"
+    (the i-th dQ warp adds the computing role's i-th warpgroup's tiles) or "idle"."""
+    comp = computing_role(stage)
+    out: dict[int, str] = {}
+    for r in stage.roles:
+        if r.name == comp:
+            continue
+        for t in r.tasks:
+            warps = facts._warps_named(t)
+            if facts.BULK_RE.search(t):
+                names = [f"dQ · wg {first_group(stage) + i}" for i in range(len(warps))]
+            elif re.search(r"\btma\b|\bload", t, re.I):
+                names = ["load"] * len(warps)
+            elif re.search(r"\bnothing\b|\bidle\b", t, re.I):
+                names = ["idle"] * len(warps)
+            else:
+                continue
+            for w, name in zip(warps, names):
+                out.setdefault(w, name)
+    return out
+
+
+def _job_runs(jobs: dict[int, str]) -> list[tuple[list[int], str]]:
+    """Consecutive warps of one duty, labelled once: "dQ · wg 1" and "dQ · wg 2" make "dQ: wg 1, 2"."""
+    runs: list[tuple[list[int], str]] = []
+    for w, job in sorted(jobs.items()):
+        kind = job.split(" ·")[0]
+        if runs and runs[-1][0][-1] == w - 1 and runs[-1][1].split(" ·")[0].split(":")[0] == kind:
+            runs[-1][0].append(w)
+            runs[-1] = (runs[-1][0], runs[-1][1] + "\0" + job)
+        else:
+            runs.append(([w], job))
+    out = []
+    for ws, label in runs:
+        parts = label.split("\0")
+        if len(parts) > 1 and all(" · wg " in x for x in parts):
+            label = f"{parts[0].split(' · ')[0]}: wg " + ", ".join(x.split(" · wg ")[1] for x in parts)
+        else:
+            label = parts[0]
+        out.append((ws, label))
+    return out
+
+
+def _mbarrier_names(stage) -> str:
+    return " ".join(b.name.lower() for b in stage.smem if b.layout == "mbarrier")
+
+
+def handed_back(stage) -> bool:
+    """The roles hand buffers back on "empty" mbarriers as well as over on "full" ones."""
+    names = _mbarrier_names(stage)
+    return "full" in names and "empty" in names
+
+
 def loads_on_mbarriers(stage) -> bool:
     """Q and dO land on an mbarrier (a TMA's transaction count), so no CTA barrier says they are in."""
     engine = stage.movement.q_load or next((o.engine for o in stage.schedule if o.kind in ("load_q", "load_do")),
@@ -199,8 +282,19 @@ def _parse(dep: str) -> tuple[str, int]:
     return dep, 0
 
 
+def _lanes(stage):
+    """The lanes of protocol.lanes, the computing role named for its warpgroups ("consumers") when
+    it is one role of several."""
+    lanes = forward_lanes(stage)
+    comp = computing_role(stage)
+    if len(lanes) > 1 and units(stage)[1] > 1:
+        lanes = [dataclasses.replace(ln, label=f"{ln.role}s") if ln.role == comp and ln.role.startswith("consumer")
+                 else ln for ln in lanes]
+    return lanes
+
+
 def protocol(stage, blocks: int = BLOCKS) -> Protocol:
-    lane_list = forward_lanes(stage)
+    lane_list = _lanes(stage)
     roles = [ln.role for ln in lane_list]
     by_name = {o.op: o for o in stage.schedule}
     loop = [o for o in stage.schedule if o.kind not in PER_CTA]
@@ -252,6 +346,21 @@ def protocol(stage, blocks: int = BLOCKS) -> Protocol:
                 cursor[o.role] = start if engines.is_async(o.engine) else e.end
     if step_end:  # the last block's closing barrier
         ends.append(max(e.end for (n2, i2), e in events.items() if i2 == blocks - 1 and e.kind not in LOADS))
+    # dQ through shared memory: each block's bulk reduce-add, once its tile holds the dQ GEMM's share
+    # (issued, not waited for: the issuing role goes on, and the closing barrier does not wait for it)
+    bulk = facts.dq_path(stage).bulk
+    reduce_handoffs = []
+    dq_op = next((o.op for o in loop if o.kind == "dq"), None)
+    if bulk and dq_op and bulk.issuer_role in roles:
+        track = "copy" if bulk.issuer_role == computing_role(stage) else "reduce"
+        for it in range(blocks):
+            src = events[(dq_op, it)]
+            start = max(src.end, busy.get((bulk.issuer_role, track), 0))
+            e = Event(bulk.issuer_role, track, "reduce_dq", SHORT["reduce_dq"], it, start, start + 1)
+            events[("_reduce", it)] = e
+            busy[(bulk.issuer_role, track)] = e.end
+            if src.lane != e.lane:
+                reduce_handoffs.append((src, e))
     # The epilogue: dK and dV, once, after the role's last dK/dV (and the last block's closing barrier).
     stores = [o for o in stage.schedule if o.kind == "store_dkdv"]
     grads = [e for e in events.values() if e.kind in ("dk", "dv")]
@@ -269,26 +378,111 @@ def protocol(stage, blocks: int = BLOCKS) -> Protocol:
             src = events.get((dname, it - back))
             if src is not None and src.lane != e.lane:
                 handoffs.append((src, e))
+    handoffs += reduce_handoffs
     handoffs.sort(key=lambda p: (p[1].start, p[0].start, p[0].lane))
 
-    syncs = _syncs(stage, events, by_name, blocks, barriers, ends) if one_role else []
-    notes = []
+    comp = computing_role(stage)
     if one_role:
+        syncs = _syncs(stage, events, by_name, blocks, barriers, ends)
+    elif comp is not None:
+        syncs = _role_syncs(stage, events, by_name, blocks, comp)
+    else:
+        syncs = []
+    notes = []
+    if one_role or comp is not None:
         notes += ownership_notes(stage, any(_shared_reads(stage)))
-    if loads_on_mbarriers(stage):
+    loader_role = next((o.role for o in stage.schedule if o.kind in LOADS), None)
+    if loads_on_mbarriers(stage) and loader_role is not None and loader_role != comp and handed_back(stage):
+        notes.append(_handed_loads_note(stage, loader_role, comp))
+    elif loads_on_mbarriers(stage):
         q_bufs = facts.smem_of(stage, "Q")
         depth = q_bufs[0].buffers if q_bufs else 1
         ahead = f" a step ahead, into the other of the {depth} stages" if depth > 1 else ""
         notes.append(f"Loads: one thread starts each TMA (K and V once; Q and dO{ahead}); every thread waits on "
                      "the tiles' mbarrier, not at a CTA barrier")
     path = facts.dq_path(stage)
-    if path.atomic:
+    if path.bulk:
+        notes.append(_bulk_note(stage, path))
+    elif path.atomic:
         notes.append(f"dQ: each warp adds its rows into the fp32 accumulator by {path.mechanism} "
                      f"({path.adds_label}), without waiting for anyone")
     if stage.gqa:
         notes.append("The loop runs over the query blocks of every query head of the CTA's K/V head")
     return Protocol(lane_list, sorted(events.values(), key=lambda e: (e.start, roles.index(e.lane), e.track)),
                     handoffs, syncs, notes)
+
+
+def _handed_loads_note(stage, loader, comp) -> str:
+    """Loads by a warp of another role, handed over on full mbarriers and back on empty ones."""
+    q_bufs = facts.smem_of(stage, "Q")
+    depth = q_bufs[0].buffers if q_bufs else 1
+    load_warps = [w for w, d in duties(stage).items() if d == "load"]
+    warp = f"load warp (warp {load_warps[0]}, one thread)" if len(load_warps) == 1 else "loading thread"
+    stats = ", lse₂ and D with them" if facts.stats_load(stage) else ""
+    n = len(_role(stage, comp).warps)
+    return (f"Loads: the {loader}'s {warp} starts each TMA (K and V once; Q and dO into the {depth} stages{stats}) "
+            f"on the stage's full mbarrier, which the {comp} warps wait on; each {comp} warp arrives on the stage's "
+            f"empty mbarrier once its products that read Q and dO are done, and the {warp.split(' (')[0]} refills the "
+            f"stage when all {n} have")
+
+
+def _bulk_note(stage, path) -> str:
+    """dQ through shared memory: who stores the tile, who adds it, and (ordered) who waits for the turns."""
+    b = path.bulk
+    group = facts.group_name(b.writers)
+    comp = computing_role(stage)
+    text = facts.text_of(stage)
+    if b.own_warps:
+        ws = list(b.issuer_warps)
+        named = " and ".join(", ".join(map(str, ws[:-1])).split(", ") + [str(ws[-1])]) if len(ws) > 1 else str(ws[0])
+        out = (f"dQ: each {comp} {group} stores its {b.tile_rows}×{b.tile_cols} share into "
+               + ("its tile" if b.tiles_per_op == 1 else f"one of its {b.tiles_per_op} tiles in turn")
+               + f" ({b.store}, {b.stores} per thread)"
+               + (", and every thread arrives on the tile's full mbarrier" if handed_back(stage) else "")
+               + f"; its dQ warp (warp{'s' if len(ws) > 1 else ''} {named} of the {b.issuer_role}, one per {group}) "
+               f"adds the tile with one bulk reduce-add ({b.tile_bytes // 1024} KiB)"
+               + (" and hands it back on its empty mbarrier once the operation is done" if handed_back(stage) else ""))
+        if path.ordered:
+            out += (f". Deterministic mode: the dQ warp waits for the query block's turn before each reduce-add and "
+                    f"for its completion after it; the {comp}s wait only if they get {b.tiles_per_op} tiles ahead")
+        return out
+    barriers = " between two barriers of its 128 threads" if "warpgroup barrier" in text and b.writers == 128 else ""
+    out = (f"dQ: each {group} stores its {b.tile_rows}×{b.tile_cols} share into its shared tile ({b.store}, "
+           f"{b.stores} per thread){barriers}; one thread adds the tile with one bulk reduce-add "
+           f"({b.tile_bytes // 1024} KiB) and the {group} goes on")
+    if path.ordered:
+        out += (". Deterministic mode: that thread first waits for the query block's turn, and after the add for "
+                f"its completion, while its {group} waits for it" + (" at the step's closing barrier"
+                                                                    if _free_at_step_end(stage) else ""))
+    return out
+
+
+def _role_syncs(stage, events, by_name, blocks, comp) -> list[Sync]:
+    """Where the warpgroups of the computing role meet, when it is one role of several: named
+    barriers of its threads around the P or dS it shares through shared memory — before it is
+    overwritten (every warpgroup's readers of the block before are done; a single buffer, no CTA
+    barrier closing the step) and once it is in, before its first reader."""
+    shared = _shared_reads(stage)
+    threads = 32 * len(_role(stage, comp).warps)
+    if not shared or units(stage)[1] < 2:
+        return []
+    readers = [g for g, chips in plan(stage) for ch in chips
+               if ch.role != "C" and ch.place.base in ("P", "dS") and ch.place.level == "smem"]
+    single = all(b.buffers == 1 for b in facts.smem_of(stage, "P") + facts.smem_of(stage, "dS"))
+    unit = units(stage)[0]
+    out = []
+    for it in range(blocks):
+        mine = sorted(((by_name[n], e) for (n, i), e in events.items() if i == it and n in by_name
+                       and e.lane == comp), key=lambda oe: oe[1].start)
+        first = next((e for o, e in mine if o.kind in {g.kind for g in readers}), None)
+        if first is None:
+            continue
+        if single:
+            out.append(Sync(first.start, f"bar.sync: {_and(shared)} may be overwritten: every {unit}'s "
+                                         f"{_and(dict.fromkeys(g.out_shown for g in readers))} of the block before "
+                                         "has read it", threads))
+        out.append(Sync(first.start, f"bar.sync: {_and(shared)} in shared memory", threads))
+    return out
 
 
 def _shared_reads(stage) -> list[str]:
@@ -336,22 +530,67 @@ def _syncs(stage, events, by_name, blocks, barriers=True, ends=()) -> list[Sync]
 
 
 def _units_text(stage, prev) -> str:
-    """", 2 warpgroups of 64 keys": what issues the products, when that changed since ``prev``."""
+    """", 2 warpgroups of 64 keys": what issues the products, when that changed since ``prev`` (or the
+    roles did)."""
     unit, count = units(stage)
-    if (unit, count) == units(prev) or len(stage.roles) != 1:
+    if (unit, count) == units(prev) and len(stage.roles) == len(prev.roles):
+        return ""
+    if len(stage.roles) != 1 and computing_role(stage) is None:
         return ""
     own = ownership(stage)["qk"]
     return f": {count} {unit}{'s' if count > 1 else ''} of {own.rows} {dict(q='query rows', k='keys')[own.dim]}"
 
 
+def _lane_text(stage, prev, ln) -> str:
+    """What a lane's warps are, for the caption: the computing role's units (when they changed), or
+    another role's warps by duty (": a load warp, 2 dQ warps")."""
+    if len(stage.roles) == 1 or ln.role == computing_role(stage):
+        return _units_text(stage, prev)
+    jobs = [d for w, d in sorted(duties(stage).items()) if w in ln.warps]
+    parts = []
+    for word, test in (("load", lambda d: d == "load"), ("dQ", lambda d: d.startswith("dQ"))):
+        k = sum(1 for d in jobs if test(d))
+        if k:
+            parts.append(f"{'a' if k == 1 else k} {word} warp{'s' if k > 1 else ''}")
+    return f": {', '.join(parts)}" if parts else ""
+
+
 def _since(stage, prev, p, old) -> str:
-    """What else changed since ``prev``: how the loads land, and the barriers."""
+    """What else changed since ``prev``: how the loads land, the barriers, and dQ's way."""
     out = ""
+    comp = computing_role(stage)
+    loader = next((o.role for o in stage.schedule if o.kind in LOADS), None)
     if loads_on_mbarriers(stage) and not loads_on_mbarriers(prev):
         out += "; the loads one thread's TMA, completing on mbarriers"
+    elif loader is not None and loader != comp and handed_back(stage) and not handed_back(prev):
+        out += f"; the loads the {loader}'s, handed over on full mbarriers and back on empty ones"
     labels = list(dict.fromkeys(x.label.split(": ", 1)[1] for x in p.syncs))
     if labels and labels != list(dict.fromkeys(x.label.split(": ", 1)[1] for x in old.syncs)):
-        out += f"; {len(labels)} CTA barrier{'s' if len(labels) != 1 else ''} a query block ({'; '.join(labels)})"
+        named = next((x.threads for x in p.syncs if x.threads), None)
+        kind = "CTA barrier" if named is None else "named barrier"
+        of = "" if named is None else f" of the {named} {comp} threads"
+        out += f"; {len(labels)} {kind}{'s' if len(labels) != 1 else ''}{of} a query block ({'; '.join(labels)})"
+    out += _dq_since(stage, prev)
+    return out
+
+
+def _dq_since(stage, prev) -> str:
+    """How dQ's way changed since ``prev``, when it goes through shared memory now."""
+    new, old = facts.dq_path(stage), facts.dq_path(prev)
+    b = new.bulk
+    if b is None:
+        return ""
+    group = facts.group_name(b.writers)
+    if old.bulk is None:
+        who = "one of its threads adds" if not b.own_warps else f"the {b.issuer_role}'s dQ warps add"
+        return f"; dQ through a shared tile per {group}, which {who} with one bulk reduce-add (+dQ)"
+    out = ""
+    if b.own_warps and not old.bulk.own_warps:
+        out += (f"; dQ's bulk reduce-adds by the {b.issuer_role}'s dQ warps (one per {group}, "
+                f"{b.tiles_per_op} tiles each)")
+    if new.ordered and not old.ordered:
+        who = "the issuing thread" if not b.own_warps else "the dQ warp"
+        out += f"; in the deterministic mode {who} waits for each query block's turn"
     return out
 
 
@@ -374,8 +613,11 @@ def roles_diagram(stage, stages) -> Diagram:
     tracks = {ln.role: [t for t in TRACKS if any(e.lane == ln.role and e.track == t for e in p.events)]
               for ln in lanes}
     unit, count = units(stage)
-    groups = unit == "warpgroup" and count > 1 and len(lanes) == 1  # the warpgroups, each its rows
-    y_warps = 48 + (24 if groups else 0)
+    comp = computing_role(stage)
+    # the warpgroups, each its rows (of the one role, or of the computing role among several)
+    groups = unit == "warpgroup" and count > 1 and (len(lanes) == 1 or comp is not None)
+    jobs = duties(stage)  # what each warp of another role does (a producer's load and dQ warps)
+    y_warps = 48 + (24 if groups or jobs else 0)
     y_proto = y_warps + 32 + 44 + 12
     lane_h = {ln.role: len(tracks[ln.role]) * (TRACK_H + TRACK_GAP) + 10 for ln in lanes}
     top_of, y = {}, y_proto + 40
@@ -384,10 +626,13 @@ def roles_diagram(stage, stages) -> Diagram:
         y += max(lane_h[ln.role], 62) + 8
     y_bottom = y
     title = f"Backward stage {stage.id} warp roles"
+    named = next((x.threads for x in p.syncs if x.threads), None)
+    where = ("the CTA barriers where every warp waits" if named is None else
+             f"the named barriers where the {named} {comp} threads wait")
     desc = (f"The {stage.threads} threads of a backward stage {stage.id} CTA ({stage.warps} warps) by role ("
             + "; ".join(f"{ln.label}: warps {_ranges(ln.warps)}" for ln in lanes)
             + f"), then {BLOCKS} query blocks of its loop in logical time: which role loads which tile and runs "
-            f"which of the five GEMMs, and the CTA barriers where every warp waits "
+            f"which of the five GEMMs, and {where} "
             f"({len(set(x.label for x in p.syncs))} a query block).")
     c = Canvas(did, W, 900, title, desc)
     c.heading(f"{stage.id} · backward", ": who does what, one query block after another")
@@ -403,11 +648,15 @@ def roles_diagram(stage, stages) -> Diagram:
     if groups:
         own = ownership(stage)["qk"]
         word = {"q": "query rows", "k": "keys"}[own.dim]
+        g0 = first_group(stage)
         for i in range(count):
-            x0, x1 = X0 + 4 * i * bw + 2, X0 + 4 * (i + 1) * bw - 2
+            x0, x1 = X0 + 4 * (g0 + i) * bw + 2, X0 + 4 * (g0 + i + 1) * bw - 2
             c.path([(x0, y_warps - 3), (x0, y_warps - 8), (x1, y_warps - 8), (x1, y_warps - 3)], stroke="muted", sw=1.2)
-            c.text((x0 + x1) / 2, y_warps - 13, f"warpgroup {i} · {own.rows} {word}: {i * own.rows}–"
+            c.text((x0 + x1) / 2, y_warps - 13, f"warpgroup {g0 + i} · {own.rows} {word}: {i * own.rows}–"
                                                 f"{(i + 1) * own.rows - 1}", size=12, anchor="middle")
+    for ws, job in _job_runs(jobs):  # a label over each run of warps with the same duty
+        c.text(X0 + (ws[0] + ws[-1] + 1) / 2 * bw, y_warps - 8, job, size=12, anchor="middle",
+               fill="muted" if job == "idle" else "fg")
     yb = y_warps + 32
     for ln in lanes:
         xs = [X0 + w * bw for w in ln.warps]
@@ -441,8 +690,9 @@ def roles_diagram(stage, stages) -> Diagram:
             for e in [e for e in p.events if e.lane == ln.role and e.track == tr]:
                 box_at[id(e)] = (tx(e.start) + 1, ty, tx(e.end) - tx(e.start) - 2, TRACK_H)
     # Query blocks: a band label over each block's steps.
-    ahead = {o.kind for o in stage.schedule if o.kind in LOADS and engines.is_async(o.engine)}
-    for b in range(BLOCKS):  # (a prefetch belongs to its block but runs in the one before)
+    # (a prefetch belongs to its block but runs in the one before; a reduce-add runs on into the next)
+    ahead = {o.kind for o in stage.schedule if o.kind in LOADS and engines.is_async(o.engine)} | {"reduce_dq"}
+    for b in range(BLOCKS):
         mine = [e for e in p.events if e.block == b and e.kind not in ahead] or [e for e in p.events if e.block == b]
         x0, x1 = tx(min(e.start for e in mine)), tx(max(e.end for e in mine))
         c.path([(x0 + 1, y_proto + 36), (x0 + 1, y_proto + 31), (x1 - 1, y_proto + 31), (x1 - 1, y_proto + 36)],
@@ -450,7 +700,10 @@ def roles_diagram(stage, stages) -> Diagram:
         c.text((x0 + x1) / 2, y_proto + 27, f"query block {b}", size=12, anchor="middle", fill="muted")
     for src, dst in p.handoffs:
         a, b = box_at[id(src)], box_at[id(dst)]
-        c.line(a[0] + a[2] / 2, a[1] + a[3], b[0] + 5, b[1] - 2, stroke="fg", sw=1.2, arrow=True)
+        if b[1] < a[1]:  # to a lane above: from the top of the source to the bottom of the target
+            c.line(a[0] + a[2] / 2, a[1], b[0] + 5, b[1] + b[3] + 2, stroke="fg", sw=1.2, arrow=True)
+        else:
+            c.line(a[0] + a[2] / 2, a[1] + a[3], b[0] + 5, b[1] - 2, stroke="fg", sw=1.2, arrow=True)
     for e in p.events:
         x, ty, w, th = box_at[id(e)]
         fill = BACKWARD_COLOUR.get(e.kind, "warp")
@@ -462,7 +715,11 @@ def roles_diagram(stage, stages) -> Diagram:
     labelled = []
     for s in p.syncs:
         x = tx(s.time) - 0.5
-        c.line(x, y_proto + 38, x, y_bottom - 6, stroke="bar", sw=1.6, dash="6 3")
+        if s.threads:  # a named barrier: across its role's lane only
+            top = top_of[comp]
+            c.line(x, top - 2, x, top + max(lane_h[comp], 62) + 2, stroke="bar", sw=1.6, dash="6 3")
+        else:
+            c.line(x, y_proto + 38, x, y_bottom - 6, stroke="bar", sw=1.6, dash="6 3")
         if s.label not in labelled:
             labelled.append(s.label)
     # Legend: the colours, then the barriers and hand-offs.
@@ -486,15 +743,19 @@ def roles_diagram(stage, stages) -> Diagram:
     y += 26
     if labelled:
         c.line(12, y - 4, 42, y - 4, stroke="bar", sw=1.6, dash="6 3")
-        c.text(50, y, "CTA barrier (__syncthreads): every warp waits here; in order within a block:", size=12,
-               fill="muted")
+        others = _and(ln.label for ln in lanes if ln.role != comp)
+        c.text(50, y, "CTA barrier (__syncthreads): every warp waits here; in order within a block:" if named is None
+               else f"named barrier (bar.sync of the {named} {comp} threads): the {comp} warps wait here, the "
+                    f"{others} never; in order within a block:", size=12, fill="muted")
         for label in dict.fromkeys(s.label.split(": ", 1)[1] for s in p.syncs):
             y += 18
             c.text(50, y, f"· {label}", size=12)
         y += 24
     if p.handoffs:
         c.line(12, y - 4, 42, y - 4, stroke="fg", sw=1.2, arrow=True)
-        c.text(50, y, "hand-off: a role waits for another's op", size=12, fill="muted")
+        c.text(50, y, "hand-off: a role waits for another's op" + (
+            ", on a full mbarrier; the buffer comes back on an empty one" if handed_back(stage) else ""),
+               size=12, fill="muted")
         y += 24
     for note in p.notes:
         for line in wrap(note + ".", W - 24, 12):
@@ -510,7 +771,7 @@ def roles_diagram(stage, stages) -> Diagram:
         old = protocol(prev)
         cap = (f"The roles and their hand-offs are those of backward stage {prev.id}." if signature(old) == signature(p)
                else f"Since backward stage {prev.id}: roles " + ", ".join(f"{ln.label} ({len(ln.warps)} warps"
-                                                                         + _units_text(stage, prev) + ")"
+                                                                         + _lane_text(stage, prev, ln) + ")"
                                                                          for ln in lanes) + _since(stage, prev, p, old)
                + ".")
     return Diagram(did, title, "roles", stage.number, c.tostring(), cap, W, height, signature(p))
