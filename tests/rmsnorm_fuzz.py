@@ -1,7 +1,8 @@
 """The RMSNorm lineage's GPU cases as data (pure Python, no torch): fixed lengths from 1 to past
 262144 columns, odd ones and the edges of every stage's configurations, then a seeded fuzz of
 shapes, dtypes, views and magnitudes. tests/test_rmsnorm_gpu.py runs them; tests/test_rmsnorm_fuzz.py
-checks their spread on the CPU."""
+checks their spread on the CPU. The backward's (backward_cases) add whether rstd reached the loss
+(drstd) and whether dw is wanted; tests/test_rmsnorm_backward_gpu.py runs them."""
 
 from __future__ import annotations
 
@@ -69,4 +70,24 @@ def fuzz_cases(seed: int, count: int = 80) -> list[Case]:
         dtype = rng.choice(DTYPES)
         out.append(Case(_rows_for(cols, rng), cols, dtype, rng.random() < 0.8, rng.choice(VIEWS),
                         _magnitude(dtype, rng), rng.choice([1e-6, 1e-5, 0.0, 0.1])))
+    return out
+
+
+@dataclass(frozen=True)
+class BackwardCase(Case):
+    drstd: bool = False       # rstd reached the loss: its gradient enters dx
+    weight_grad: bool = True  # dw is wanted (with a weight)
+
+    def label(self) -> str:
+        return (super().label() + (" drstd" if self.drstd else "")
+                + ("" if self.weight_grad or not self.weight else " no-dw"))
+
+
+def backward_cases(seed: int, fuzz: int = 60) -> list[BackwardCase]:
+    """The forward's edge lengths and views, as backward cases (every fourth with drstd, every
+    seventh with a weight that needs no gradient), then a seeded fuzz of the same spread."""
+    out = [BackwardCase(**c.asdict(), drstd=i % 4 == 3, weight_grad=i % 7 != 6) for i, c in enumerate(edge_cases())]
+    rng = random.Random(seed)
+    out += [BackwardCase(**c.asdict(), drstd=rng.random() < 0.3, weight_grad=rng.random() < 0.85)
+            for c in fuzz_cases(seed, fuzz)]
     return out

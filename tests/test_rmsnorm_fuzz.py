@@ -1,6 +1,6 @@
 """The RMSNorm GPU cases cover what the contract promises (checked on the CPU, no GPU needed)."""
 
-from rmsnorm_fuzz import DTYPES, EDGES, MAX_ELEMENTS, VIEWS, edge_cases, fuzz_cases
+from rmsnorm_fuzz import DTYPES, EDGES, MAX_ELEMENTS, VIEWS, backward_cases, edge_cases, fuzz_cases
 
 
 def test_cases_span_the_contract():
@@ -17,3 +17,13 @@ def test_cases_span_the_contract():
 def test_fuzz_is_seeded():
     assert fuzz_cases(7) == fuzz_cases(7) != fuzz_cases(8)
     assert max(EDGES) > 262144  # past the longest row the clusters hold: the two-pass path
+
+
+def test_backward_cases_span_the_contract():
+    cases = backward_cases(1234)
+    assert {c.dtype for c in cases} == set(DTYPES) and {c.view for c in cases} == set(VIEWS)
+    assert {1, 16384, 16385, 262144, 262145, 524289} <= {c.cols for c in cases}  # one CTA, 16 CTAs, past them
+    assert any(c.drstd for c in cases) and any(not c.drstd for c in cases)
+    assert any(c.weight and not c.weight_grad for c in cases) and any(not c.weight for c in cases)
+    assert backward_cases(7) == backward_cases(7) != backward_cases(8)
+    assert "drstd" in next(c for c in cases if c.drstd).label()

@@ -1,8 +1,9 @@
-"""Builds Part II's rowwise lineages: every RMSNorm stage into its own shared library (through
-hopattn.build, cached by its sources, in parallel) and the binding rowwise_native.cpp.
+"""Builds Part II's rowwise lineages: every RMSNorm stage, forward and backward, into its own shared
+library (through hopattn.build, cached by its sources, in parallel) and the binding rowwise_native.cpp.
 
-    python -m hopattn.rowwise_build            # every stage and the binding
-    python -m hopattn.rowwise_build 4-5        # some stages (and the binding)
+    python -m hopattn.rowwise_build                               # every stage of both, and the binding
+    python -m hopattn.rowwise_build 4-5                           # some forward stages (and the binding)
+    python -m hopattn.rowwise_build --lineage rmsnorm_backward 3-4   # some backward stages
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import build, rowwise
+from . import build, rowwise, rowwise_backward
 
 NATIVE_SOURCE = build.PACKAGE_DIR / "rowwise_native.cpp"
 ABI_HEADER = rowwise.RMSNORM_DIR / "common" / "abi_rmsnorm.h"
+BACKWARD_ABI_HEADER = rowwise_backward.RMSNORM_BACKWARD_DIR / "common" / "abi_rmsnorm_backward.h"
+LINEAGES = {"rmsnorm": rowwise.discover, "rmsnorm_backward": rowwise_backward.discover}
 
 
 def native_path() -> Path:
     import pybind11
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    key = build._key(NATIVE_SOURCE.read_text(), ABI_HEADER.read_text(), pybind11.__version__, sys.version,
-                     build.nvcc_version())
+    key = build._key(NATIVE_SOURCE.read_text(), ABI_HEADER.read_text(), BACKWARD_ABI_HEADER.read_text(),
+                     pybind11.__version__, sys.version, build.nvcc_version())
     return build.build_dir() / f"_rowwise_native-{key}{suffix}"
 
 
@@ -40,7 +43,8 @@ def build_native() -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    includes = [pybind11.get_include(), sysconfig.get_paths()["include"], str(ABI_HEADER.parent)]
+    includes = [pybind11.get_include(), sysconfig.get_paths()["include"], str(ABI_HEADER.parent),
+                str(BACKWARD_ABI_HEADER.parent)]
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         tmp_target = Path(tmp) / target.name
         cmd = [build.nvcc(), "-O2", "-std=c++17", "-shared", "-Xcompiler=-fPIC,-fvisibility=hidden",
@@ -50,6 +54,29 @@ def build_native() -> Path:
             raise build.BuildError(f"rowwise binding: build failed ({' '.join(cmd)})\n{proc.stdout}{proc.stderr}")
         os.replace(tmp_target, target)
     return target
+
+
+def build_all(stages: list[rowwise.RowStage], jobs: int | None = None, verbose: bool = False) -> dict:
+    """Compile stages of one or several lineages at once (build.build_stages keys its results by stage
+    number, which two lineages share); returns {(lineage, number): build.CompileResult}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = jobs or min(len(stages), os.cpu_count() or 1) or 1
+    results, errors = {}, []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {(s.lineage, s.number): pool.submit(build.compile_stage, s) for s in stages}
+        for (name, number), fut in futures.items():
+            try:
+                r = results[(name, number)] = fut.result()
+            except build.BuildError as err:
+                errors.append(str(err))
+                continue
+            if verbose:
+                print(f"  {name} {number:02d}: {'cached' if r.cached else f'{r.seconds:.1f} s'}  {r.library.name}",
+                      flush=True)
+    if errors:
+        raise build.BuildError("\n\n".join(errors))
+    return results
 
 
 def select(stages: list[rowwise.RowStage], args: list[str]) -> list[rowwise.RowStage]:
@@ -63,18 +90,25 @@ def select(stages: list[rowwise.RowStage], args: list[str]) -> list[rowwise.RowS
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hopattn.rowwise_build", description=__doc__.splitlines()[0])
-    parser.add_argument("stages", nargs="*", help="RMSNorm stage numbers or ranges (1 3-5); default: all")
+    parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5) of one lineage; default: all")
+    parser.add_argument("--lineage", choices=[*LINEAGES, "all"], default=None,
+                        help="which lineage (default: all, or rmsnorm when stages are named)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes")
     parser.add_argument("--no-native", action="store_true", help="skip the binding")
     args = parser.parse_args(argv)
+    chosen = args.lineage or ("rmsnorm" if args.stages else "all")
+    if chosen == "all" and args.stages:
+        parser.error("name a --lineage for the stages to build (rmsnorm or rmsnorm_backward)")
     try:
-        stages = select(rowwise.discover(), args.stages)
+        stages = [s for name in (LINEAGES if chosen == "all" else [chosen])
+                  for s in select(LINEAGES[name](), args.stages)]
     except ValueError as err:
         parser.error(str(err))
     start = time.perf_counter()
-    print(f"building {len(stages)} rmsnorm stage(s) into {build.build_dir()} with {build.nvcc_version()}", flush=True)
+    names = "rmsnorm and rmsnorm_backward" if chosen == "all" else chosen
+    print(f"building {len(stages)} {names} stage(s) into {build.build_dir()} with {build.nvcc_version()}", flush=True)
     try:
-        build.build_stages(stages, args.jobs, verbose=True)
+        build_all(stages, args.jobs, verbose=True)
         if not args.no_native:
             print(f"  binding: {build_native().name}", flush=True)
     except build.BuildError as err:

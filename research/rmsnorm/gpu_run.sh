@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# One GPU run of the RMSNorm lineage (Part II): build every stage and the binding, run the GPU
-# tests under the watchdog, then the benchmark against the copy ceiling, eager, torch.compile,
-# Liger and QuACK. About 3-4 minutes on an H200 (the build ~40 s of it, cold).
+# One GPU run of the RMSNorm lineages (Part II), forward or backward: build the stages and the
+# binding, run the GPU tests under the watchdog, then the benchmark against the copy ceiling, eager,
+# torch.compile, Liger and QuACK. Each part stays under 5 minutes on an H200 (its steps' limits add
+# up to 240 s forward, 280 s backward; a cold build is most of the first step); `all` runs both, one
+# after the other (about 9 minutes: two calls, one a part, fit a short lease better).
 #
-#   PYTHONPATH=$PWD/kernels:$PWD bash research/rmsnorm/gpu_run.sh     # from the repository root
+#   PYTHONPATH=$PWD/kernels:$PWD bash research/rmsnorm/gpu_run.sh              # the forward (as before)
+#   PYTHONPATH=$PWD/kernels:$PWD bash research/rmsnorm/gpu_run.sh backward     # the backward
+#   PYTHONPATH=$PWD/kernels:$PWD bash research/rmsnorm/gpu_run.sh all          # both
 #
-# Logs: bench/logs/rmsnorm-{build,gpu-tests,bench}-<gpu>-<time>.log; the record:
-# bench/results/rmsnorm/<gpu>.json. Liger and QuACK are measured where importable: source
-# /opt/peers/unpack.sh first when the peers bundle is unpacked (../shared/tools/peers-on-gpu-machine.md);
-# this script does so itself when it finds it. The exit status is the first failing step's.
+# Logs: bench/logs/rmsnorm{,-backward}-{build,gpu-tests,bench}-<gpu>-<time>.log; the records:
+# bench/results/rmsnorm/<gpu>.json and bench/results/rmsnorm_backward/<gpu>.json (the backward's is
+# written after every size, so a bench step stopped by its limit keeps the sizes it finished). Liger
+# and QuACK are measured where importable: source /opt/peers/unpack.sh first when the peers bundle is
+# unpacked (../shared/tools/peers-on-gpu-machine.md); this script does so itself when it finds it.
+# The exit status is the first failing step's.
 set -uo pipefail
+part=${1:-forward}
+case "$part" in forward|backward|all) ;; *) echo "usage: $0 [forward|backward|all]" >&2; exit 2 ;; esac
 [ -f /opt/peers/unpack.sh ] && source /opt/peers/unpack.sh
 gpu=$(python3 -c "import torch; print(torch.cuda.get_device_name().lower().replace(' ', '-'))" 2>/dev/null || echo unknown-gpu)
 stamp=$(date -u +%Y%m%dT%H%M)
@@ -25,8 +33,18 @@ step() {  # step NAME SECONDS COMMAND...: run under a time limit, log to bench/l
     echo "== $name: exit $rc" | tee -a "$log"
     [ "$status" -eq 0 ] && [ "$rc" -ne 0 ] && status=$rc
 }
-step build 45 python3 -m hopattn.rowwise_build
-HOPATTN_GPU_LOG="$logs/rmsnorm-gpu-cases-$gpu-$stamp.log" \
-    step gpu-tests 75 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_rmsnorm_gpu.py
-step bench 120 python3 -m bench.rowwise
+if [ "$part" != backward ]; then
+    step build 45 python3 -m hopattn.rowwise_build --lineage rmsnorm
+    HOPATTN_GPU_LOG="$logs/rmsnorm-gpu-cases-$gpu-$stamp.log" \
+        step gpu-tests 75 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_rmsnorm_gpu.py
+    step bench 120 python3 -m bench.rowwise
+fi
+if [ "$part" != forward ]; then
+    # both lineages (the forward's final stage makes the rstd the backward's tests and bench start
+    # from; cached when the forward part ran first) and the binding
+    step backward-build 60 python3 -m hopattn.rowwise_build
+    HOPATTN_GPU_LOG="$logs/rmsnorm-backward-gpu-cases-$gpu-$stamp.log" \
+        step backward-gpu-tests 90 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_rmsnorm_backward_gpu.py
+    step backward-bench 130 python3 -m bench.rowwise_backward
+fi
 exit $status
