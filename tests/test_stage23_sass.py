@@ -1,32 +1,21 @@
-"""Stage 23 is stage 22 organised by role: the same machine code. It waits in research/stage23/
+"""Stage 23 is stage 22 organised by role: the same machine code. While it waits in research/stage23/
 (its folder and the two headers it introduces) until a GPU run has measured it and recorded its
-trace; here it is assembled beside the lineage's common/ headers, both stages compile (nvcc, no
-GPU) with the project's flags, and the SASS of their kernels, every instruction and its encoding,
-is the same, and so are the kernels' names."""
+trace, it is assembled beside the lineage's common/ headers (waiting_stages.py; once moved, the
+lineage's own is used); both stages compile (nvcc, no GPU) with the project's flags, and the SASS
+of their kernels, every instruction and its encoding, is the same, and so are the kernels' names."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from hopattn import build, cuda_tools, lineage
+from waiting_stages import stage
 
 pytestmark = pytest.mark.nvcc
 
 STAGES = {s.number: s for s in lineage.discover()}
-WAITING = Path(__file__).resolve().parent.parent / "research" / "stage23"
-
-
-def _stage_23(tmp_path: Path) -> lineage.Stage:
-    """research/stage23/23_roles beside a copy of kernels/attention/common with its two headers."""
-    tree = tmp_path / "attention"
-    shutil.copytree(lineage.ATTENTION_DIR / "common", tree / "common")
-    shutil.copytree(WAITING / "common", tree / "common", dirs_exist_ok=True)
-    shutil.copytree(WAITING / "23_roles", tree / "23_roles")
-    return lineage.load_stage(tree / "23_roles")
 
 
 def _tool_or_skip(name: str) -> str:
@@ -50,7 +39,7 @@ def _sass(stage: lineage.Stage, out_dir, nvcc: str, cuobjdump: str) -> list[str]
 
 def test_stage_23_compiles_to_the_sass_of_stage_22(tmp_path):
     nvcc, cuobjdump = _tool_or_skip("nvcc"), _tool_or_skip("cuobjdump")
-    before, after = STAGES[22], _stage_23(tmp_path)
+    before, after = STAGES[22], stage(23, tmp_path)
     assert after.dir.name.startswith("23_") and before.dir.name.startswith("22_")
     with ThreadPoolExecutor(max_workers=2) as pool:
         old, new = pool.map(lambda s: _sass(s, tmp_path, nvcc, cuobjdump), (before, after))

@@ -95,10 +95,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
               out: torch.Tensor | None = None, return_lse: bool = False, deterministic: bool = False,
               backward_stage: int | None = None):
-    """softmax(scale · q kᵀ) v for bf16 CUDA tensors with head dim 128, differentiable in q, k and v.
+    """softmax(scale · q kᵀ) v for bf16 CUDA tensors, differentiable in q, k and v (head dim 128).
 
-    Layouts: ``layout="bhsd"``: q [B, H, Lq, 128], k and v [B, H, Lk, 128]; ``layout="bshd"``
-    (stages 17 on): q [B, Lq, H, 128], k and v [B, Lk, H, 128]. Stages 17 on read any strides whose
+    Layouts: ``layout="bhsd"``: q [B, H, Lq, D], k [B, H, Lk, D] and v [B, H, Lk, Dv];
+    ``layout="bshd"`` (stages 17 on): q [B, Lq, H, D], k [B, Lk, H, D], v [B, Lk, H, Dv]. Head dims:
+    D = Dv = 128 on stages 01-23; stage 24 on, the stage's supports.head_dims (64, 96, 128, 256, and
+    D 192 with Dv 128, DeepSeek's MLA prefill); a head dim the stage does not serve is refused with
+    an error naming the stage that does. The backward is head dim 128 only. Stages 17 on read any strides whose
     head-dim axis is contiguous and whose other strides are multiples of 8 elements (16 bytes):
     slices of wider tensors, packed qkv views, BSHD, all in place; stages 01-16 need contiguous
     BHSD. Every data pointer must be 16-byte aligned.
@@ -107,13 +110,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     that sees no key (causal with Lq > Lk, or Lk = 0) gets an output of 0. Empty batch, heads or
     queries give an empty result.
 
-    ``scale`` (positive) defaults to 1/sqrt(128); ``stage`` to the final stage. Grouped-query and
+    ``scale`` (positive) defaults to 1/sqrt(D); ``stage`` to the final stage. Grouped-query and
     multi-query attention: on stages with ``gqa`` (20 on), k and v may have fewer heads than q, a
     divisor of q's; query head h reads K/V head h // (H_q / H_kv), as torch's SDPA with
     enable_gqa=True. Earlier stages refuse such inputs with an error that names the fix.
 
-    Returns a new tensor shaped like q (contiguous), or writes into ``out`` (shaped like q, laid
-    out as the stage can write, sharing no memory with q, k or v) and returns it. With
+    Returns a new tensor shaped like q with v's head dim (contiguous), or writes into ``out`` (that
+    shape, laid out as the stage can write, sharing no memory with q, k or v) and returns it. With
     ``return_lse=True`` (stages with ``lse``, 20 on; not with ``out``) it returns ``(out, lse)``,
     lse the natural log-sum-exp of each row's scaled scores, fp32 [B, H_q, Lq] (-inf for a row that
     sees no key).
@@ -155,7 +158,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 def _checked(q, k, v, out, causal, scale, stage, layout, lse=False) -> contract.Call:
     return contract.check_call(q, k, v, causal=causal, scale=scale, stage=_stage(stage), layout=layout, out=out,
-                               lse=lse)
+                               lse=lse, lineage=_stages())
 
 
 def _run(call: contract.Call, q, k, v, out, lse=None) -> None:
@@ -173,13 +176,14 @@ def _run(call: contract.Call, q, k, v, out, lse=None) -> None:
     lib = _library(s.number)
     with torch.cuda.device(q.device):
         lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), call.strides(q), call.strides(k),
-                   call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, HEAD_DIM,
+                   call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, call.head_dim,
                    call.scale, call.causal, _sm_count(q.device),
                    torch.cuda.current_stream(q.device).cuda_stream, call.kv_heads, 0 if lse is None else lse.data_ptr())
 
 
-def _new_out(q: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(q, memory_format=torch.contiguous_format)
+def _new_out(q: torch.Tensor, call: contract.Call) -> torch.Tensor:
+    """Shaped like q with v's head dim (the last axis), contiguous."""
+    return q.new_empty((*q.shape[:3], call.head_dim_v))
 
 
 def _new_lse(q: torch.Tensor, call: contract.Call) -> torch.Tensor:
@@ -193,15 +197,14 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
                   deterministic: bool = False, backward_stage: int | None = None) -> torch.Tensor:
     call = _checked(q, k, v, None, causal, scale, stage, layout)
-    out = _new_out(q)
+    out = _new_out(q, call)
     _run(call, q, k, v, out)
     return out
 
 
 @_attention_op.register_fake
 def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd", deterministic=False, backward_stage=None):
-    _checked(q, k, v, None, causal, scale, stage, layout)
-    return _new_out(q)
+    return _new_out(q, _checked(q, k, v, None, causal, scale, stage, layout))
 
 
 @torch.library.custom_op("hopattn::attention_lse", mutates_args=())
@@ -210,7 +213,7 @@ def _attention_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
                       deterministic: bool = False,
                       backward_stage: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     call = _checked(q, k, v, None, causal, scale, stage, layout, lse=True)
-    out, lse = _new_out(q), _new_lse(q, call)
+    out, lse = _new_out(q, call), _new_lse(q, call)
     _run(call, q, k, v, out, lse)
     return out, lse
 
@@ -218,7 +221,7 @@ def _attention_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
 @_attention_lse_op.register_fake
 def _(q, k, v, causal=False, scale=None, stage=None, layout="bhsd", deterministic=False, backward_stage=None):
     call = _checked(q, k, v, None, causal, scale, stage, layout, lse=True)
-    return _new_out(q), _new_lse(q, call)
+    return _new_out(q, call), _new_lse(q, call)
 
 
 @torch.library.custom_op("hopattn::attention_out", mutates_args=("out",))

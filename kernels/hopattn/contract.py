@@ -22,7 +22,7 @@ import torch
 
 from .lineage import Stage
 
-HEAD_DIM = 128
+HEAD_DIM = 128  # the head dim of stages 01-23 and of the backward lineage (a stage's supports.head_dims)
 ALIGN_BYTES = 16  # 16-byte vector loads (stages 01-06), cp.async (05-06), the TMA (07 on)
 _STRIDE_ELEMS = ALIGN_BYTES // 2  # bf16: strides in multiples of 8 elements keep every row aligned
 _GRID_LIMIT = 65535  # non-persistent stages put heads and batch on grid.y and grid.z
@@ -42,6 +42,8 @@ class Call:
     kv_heads: int
     len_q: int
     len_k: int
+    head_dim: int = HEAD_DIM  # q's and k's (the last axis)
+    head_dim_v: int = HEAD_DIM  # v's and the output's
 
     @property
     def seq_axis(self) -> int:
@@ -69,7 +71,7 @@ class Call:
         strides = [t.stride(0), t.stride(self.head_axis), t.stride(self.seq_axis)]
         for i in (2, 1, 0):  # innermost first, so a replacement can build on the one inside it
             if sizes[i] == 1:
-                inner = strides[i + 1] * sizes[i + 1] if i < 2 else HEAD_DIM
+                inner = strides[i + 1] * sizes[i + 1] if i < 2 else t.shape[3]
                 strides[i] = max(inner, _STRIDE_ELEMS)
         return tuple(strides)
 
@@ -78,12 +80,15 @@ def stage_choices(stages: dict[int, Stage]) -> str:
     return f"one of {sorted(stages)} (an int), or None for the final stage"
 
 
-def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: bool = False) -> Call:
-    """Every check that needs no data pointer. Raises TypeError or ValueError naming the argument."""
+def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: bool = False,
+               lineage: dict[int, Stage] | None = None) -> Call:
+    """Every check that needs no data pointer. Raises TypeError or ValueError naming the argument.
+    ``lineage``: the stages of the lineage by number, for naming the one that serves a head dim
+    this stage does not."""
     if lse and not stage.lse:
         raise ValueError(f"return_lse: stage {stage.id} does not compute the log-sum-exp (stage 20 and later do)")
     if layout not in ("bhsd", "bshd"):
-        raise ValueError(f"layout: expected 'bhsd' ([B, H, L, 128]) or 'bshd' ([B, L, H, 128]), got {layout!r}")
+        raise ValueError(f"layout: expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D]), got {layout!r}")
     if layout not in stage.layouts:
         raise ValueError(f"layout: stage {stage.id} reads {' and '.join(repr(x) for x in stage.layouts)} only, got "
                          f"{layout!r}: pass tensors in BHSD order, or use stage 17 or later, which reads BSHD in place")
@@ -96,11 +101,12 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: b
         _check_tensor(name, t, layout)
     if not (q.device == k.device == v.device):
         raise ValueError(f"k, v: expected the device of q ({q.device}), got {k.device} and {v.device}")
+    head_dim, head_dim_v = _check_head_dims(q, k, v, stage, lineage)
     seq_axis, head_axis = (2, 1) if layout == "bhsd" else (1, 2)
     batch, heads, len_q = q.shape[0], q.shape[head_axis], q.shape[seq_axis]
     kv_heads, len_k = k.shape[head_axis], k.shape[seq_axis]
-    if k.shape != v.shape:
-        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"v: expected the shape of k {(*k.shape[:3], head_dim_v)}, got {tuple(v.shape)}")
     if k.shape[0] != batch:
         raise ValueError(f"k: expected batch {batch} as in q, got shape {tuple(k.shape)}")
     if kv_heads != heads:
@@ -115,8 +121,9 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: b
     for name, t in names.items():
         _check_strides(name, t, stage, layout)
     if out is not None:
-        if out.shape != q.shape or out.device != q.device:
-            raise ValueError(f"out: expected a torch.bfloat16 tensor of shape {tuple(q.shape)} on {q.device}, got "
+        expected = (*q.shape[:3], head_dim_v)
+        if tuple(out.shape) != expected or out.device != q.device:
+            raise ValueError(f"out: expected a torch.bfloat16 tensor of shape {expected} on {q.device}, got "
                              f"{tuple(out.shape)} on {out.device}")
         if _self_overlapping(out):
             raise ValueError(f"out: its elements overlap each other (strides {out.stride()} for shape "
@@ -136,7 +143,33 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: b
         if len_k % stage.block_n:
             raise ValueError(f"k: stage {stage.id} needs the key length to be a multiple of {stage.block_n}, got "
                              f"{len_k} (stage 17 and later take any length)")
-    return Call(stage, layout, causal, check_scale(scale), batch, heads, kv_heads, len_q, len_k)
+    return Call(stage, layout, causal, check_scale(scale, head_dim), batch, heads, kv_heads, len_q, len_k, head_dim,
+                head_dim_v)
+
+
+def _check_head_dims(q, k, v, stage: Stage, lineage: dict[int, Stage] | None) -> tuple[int, int]:
+    """(q's and k's head dim, v's): a pair the stage serves (its supports.head_dims)."""
+    head_dim, head_dim_v = q.shape[3], v.shape[3]
+    which = f"backward stage {stage.id}" if stage.backward else f"stage {stage.id}"
+    if k.shape[3] != head_dim:
+        raise ValueError(f"k: expected head dim {head_dim} as q's (the last axis), got {k.shape[3]}")
+    served_v = stage.head_dim_v(head_dim)
+    if served_v is None:
+        raise ValueError(f"q: head dim {head_dim} (the last axis): {which} serves head dim {stage.head_dims_text()}"
+                         f"{_serving_hint(head_dim, head_dim_v, stage, lineage)}")
+    if head_dim_v != served_v:
+        raise ValueError(f"v: expected head dim {served_v} with q's and k's {head_dim} ({which} serves "
+                         f"{stage.head_dims_text()}), got {head_dim_v}{_serving_hint(head_dim, head_dim_v, stage, lineage)}")
+    return head_dim, head_dim_v
+
+
+def _serving_hint(head_dim: int, head_dim_v: int, stage: Stage, lineage: dict[int, Stage] | None) -> str:
+    """'; use stage NN or later, which serves ...' when a stage of the lineage serves the pair."""
+    for number in sorted(lineage or {}):
+        other = lineage[number]
+        if other.number != stage.number and other.head_dim_v(head_dim) == head_dim_v:
+            return f"; use stage {other.id} or later, which serves head dim {other.head_dims_text()}"
+    return ""
 
 
 def check_memory(call: Call, q, k, v, out) -> None:
@@ -161,8 +194,6 @@ def _check_tensor(name: str, t, layout: str) -> None:
         raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device} (pass {name}.cuda())")
     if t.dim() != 4:
         raise ValueError(f"{name}: expected a 4-d tensor {layout.upper()}, got {t.dim()}-d of shape {tuple(t.shape)}")
-    if t.shape[3] != HEAD_DIM:
-        raise ValueError(f"{name}: expected head dim {HEAD_DIM} (the last axis), got {t.shape[3]}")
 
 
 def _check_strides(name: str, t: torch.Tensor, stage: Stage, layout: str) -> None:
@@ -182,12 +213,13 @@ def _check_strides(name: str, t: torch.Tensor, stage: Stage, layout: str) -> Non
                              f"for shape {tuple(t.shape)} ({layout.upper()}): pass {name}.contiguous()")
 
 
-def check_scale(scale) -> float:
+def check_scale(scale, head_dim: int = HEAD_DIM) -> float:
+    """The softmax scale: ``scale`` checked, or 1/sqrt(head_dim) (q's) when None."""
     if scale is None:
-        return 1.0 / math.sqrt(HEAD_DIM)
+        return 1.0 / math.sqrt(head_dim)
     # Positive, because from stage 06 on the running maximum is taken over unscaled scores.
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale: expected a finite positive number (default 1/sqrt({HEAD_DIM})), got {scale!r}")
+        raise ValueError(f"scale: expected a finite positive number (default 1/sqrt(head dim)), got {scale!r}")
     return float(scale)
 
 

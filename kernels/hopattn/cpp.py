@@ -56,15 +56,35 @@ def evaluate(expr: str, env: dict[str, int]) -> int | None:
     return walk(tree)
 
 
-def constants(source: str) -> dict[str, int]:
+def constants(source: str, seed: dict[str, int] | None = None) -> dict[str, int]:
     """Every ``constexpr`` integer of the file that evaluates, in order of definition (the first
-    definition of a name wins)."""
-    env: dict[str, int] = {}
+    definition of a name wins). ``seed``: names known beforehand, which win over the file's (the
+    numbers of one specialisation of a template, see specializations)."""
+    env: dict[str, int] = dict(seed or {})
     for name, expr in _CONSTEXPR_RE.findall(source):
         value = evaluate(expr, env)
         if value is not None:
             env.setdefault(name, value)
     return env
+
+
+_SPECIALIZATION_RE = re.compile(r"\btemplate\s*<\s*>\s*struct\s+(\w+)\s*<([^<>{};]*)>\s*\{")
+
+
+def specializations(source: str, template: str) -> dict[str, dict[str, int]]:
+    """The ``constexpr`` integers of each full specialisation ``template <> struct template<ARGS> {...}``
+    of the file, keyed by its argument text ('128'): a kernel templated on a tile states there the
+    numbers of each (stage 24's HeadDimTile<HEAD_DIM>)."""
+    out: dict[str, dict[str, int]] = {}
+    for m in _SPECIALIZATION_RE.finditer(source):
+        if m.group(1) != template:
+            continue
+        depth, end = 1, m.end()
+        while depth and end < len(source):
+            depth += {"{": 1, "}": -1}.get(source[end], 0)
+            end += 1
+        out[" ".join(m.group(2).split())] = constants(source[m.end():end - 1])
+    return out
 
 
 def call_arguments(source: str, function: str) -> list[str] | None:

@@ -27,6 +27,7 @@ ATTENTION_DIR = Path(__file__).resolve().parent.parent / "attention"
 BACKWARD_DIR = ATTENTION_DIR.parent / "attention_backward"  # Act V: the backward pass, same form
 RMSNORM_DIR = ATTENTION_DIR.parent / "rmsnorm"  # Part II: a rowwise lineage (its spec: hopattn.rowwise)
 COMMON_DIR_NAME = "common"
+HEAD_DIM_TILE = "HeadDimTile"  # kernel.cu's tile per head dim, a specialisation each (stage 24 on)
 
 ARCHES = ("sm_80", "sm_90a")
 LAYOUTS = ("bhsd", "bshd")
@@ -130,6 +131,28 @@ class Launch:
     cluster: int = optional(POSITIVE, 1, doc="CTAs of a cluster multicasting K/V")
 
 
+def _is_head_dim(v) -> bool:
+    return _is_int(v) and v > 0 and v % 8 == 0  # rows of 16-byte multiples: the loads and the copy engine
+
+
+def _is_head_dim_entry(v) -> bool:
+    return _is_head_dim(v) or (isinstance(v, list) and len(v) == 2 and all(_is_head_dim(x) for x in v))
+
+
+def _head_dim_pair(v) -> tuple[int, int]:
+    return (v, v) if _is_int(v) else (v[0], v[1])
+
+
+# [supports] head_dims: d (q, k, v and the output of head dim d), or [d, dv] (q and k of d, v and
+# the output of dv: DeepSeek's MLA prefill is [192, 128]); a kernel picks its tile by q's head dim,
+# so no d twice.
+HEAD_DIMS = Kind("a list of head dims (positive multiples of 8), each d or [d, dv] (q and k of d, v of dv), "
+                 "no d twice",
+                 lambda v: isinstance(v, list) and len(v) > 0 and all(_is_head_dim_entry(x) for x in v)
+                 and len({_head_dim_pair(x)[0] for x in v}) == len(v),
+                 lambda v: tuple(_head_dim_pair(x) for x in v))
+
+
 @dataclass(frozen=True)
 class Supports:
     causal: bool = key(BOOL)
@@ -138,6 +161,8 @@ class Supports:
     gqa: bool = key(BOOL, False, doc="k and v may have fewer heads than q (a divisor of q's), read without a copy")
     lse: bool = key(BOOL, False, doc="can return the log-sum-exp of each query row")
     deterministic: bool = key(BOOL, False, doc="backward stages: has a mode whose gradients are identical run to run")
+    head_dims: tuple[tuple[int, int], ...] | None = key(
+        HEAD_DIMS, None, doc="the (q and k, v) head dims the stage serves; left out: tile.head_dim only")
 
 
 @dataclass(frozen=True)
@@ -304,6 +329,10 @@ def load_spec(path: Path) -> StageSpec:
     if owned != list(range(warp_count)):
         raise SpecError(f"{path}: field 'roles[].warps' must assign each of the {warp_count} warps "
                         f"(launch.threads / 32) to exactly one role (got {owned})")
+    served = spec.supports.head_dims
+    if served is not None and (spec.tile.head_dim, spec.tile.head_dim) not in served:
+        raise SpecError(f"{path}: field 'supports.head_dims' must include tile.head_dim "
+                        f"({spec.tile.head_dim}, the head dim the figures draw) (got {[list(p) for p in served]})")
     if spec.diagram.dq_deterministic is not None and not spec.supports.deterministic:
         raise SpecError(f"{path}: field 'diagram.dq_deterministic' says how a deterministic mode sums dQ, and "
                         f"supports.deterministic is false (got {spec.diagram.dq_deterministic!r})")
@@ -363,6 +392,7 @@ class Stage:
     gqa: bool = False  # k and v may have fewer heads than q (a divisor of q's), read without a copy
     lse: bool = False  # can return the log-sum-exp of each query row
     deterministic: bool = False  # backward: a mode with gradients identical run to run
+    head_dims: tuple[tuple[int, int], ...] = ((128, 128),)  # supports.head_dims: (q and k, v) pairs served
     grid: str = "tiles"  # launch.grid: "tiles" or "num_sms"
     cluster: int = 1  # launch.cluster
     movement: Movement = Movement()
@@ -436,9 +466,31 @@ class Stage:
         """The sources' bytes: the build cache's key (see source_bytes_hash below)."""
         return source_bytes_hash(self.kernel_path)
 
-    def constants(self) -> dict[str, int]:
-        """The ``constexpr`` integers of kernel.cu (the numbers specs are checked against)."""
-        return cpp.constants(self.kernel_path.read_text())
+    def head_dim_v(self, head_dim: int) -> int | None:
+        """V's (and the output's) head dim when q and k have ``head_dim``; None: not served."""
+        return dict(self.head_dims).get(head_dim)
+
+    def head_dims_text(self) -> str:
+        """The head dims served, for messages: '128', or '64, 96, 128, 192 (v 128) and 256'."""
+        parts = [f"{d}" if d == dv else f"{d} (v {dv})" for d, dv in self.head_dims]
+        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+    def constants(self, head_dim: int | None = None) -> dict[str, int]:
+        """The ``constexpr`` integers of kernel.cu (the numbers specs are checked against). A kernel
+        whose tile depends on the head dim (a ``HeadDimTile<D>`` per head dim, stage 24 on) gives
+        those of ``head_dim``'s tile, HEAD_DIM among them (default: the head dim [tile] draws)."""
+        text = self.kernel_path.read_text()
+        tiles = cpp.specializations(text, HEAD_DIM_TILE)
+        if not tiles:
+            return cpp.constants(text)
+        d = self.head_dim if head_dim is None else head_dim
+        if str(d) not in tiles:
+            raise KeyError(f"{self.kernel_path}: no {HEAD_DIM_TILE}<{d}> (it has {', '.join(tiles)})")
+        return cpp.constants(text, seed={"HEAD_DIM": d, **tiles[str(d)]})
+
+    def tile_head_dims(self) -> list[int]:
+        """The head dims kernel.cu has a ``HeadDimTile<D>`` for, in file order ([] for a kernel of one tile)."""
+        return [int(d) for d in cpp.specializations(self.kernel_path.read_text(), HEAD_DIM_TILE)]
 
 
 def source_files(kernel: Path) -> list[Path]:
@@ -535,7 +587,9 @@ def load_stage(folder: Path) -> Stage:
         threads=spec.launch.threads, kv_stages=spec.pipeline.kv_stages,
         causal=spec.supports.causal, layouts=spec.supports.layouts, tails=spec.supports.tails,
         roles=spec.roles, smem=spec.smem, schedule=spec.schedule,
-        gqa=spec.supports.gqa, lse=spec.supports.lse, deterministic=spec.supports.deterministic, grid=spec.launch.grid, cluster=spec.launch.cluster,
+        gqa=spec.supports.gqa, lse=spec.supports.lse, deterministic=spec.supports.deterministic,
+        head_dims=spec.supports.head_dims or ((spec.tile.head_dim, spec.tile.head_dim),),
+        grid=spec.launch.grid, cluster=spec.launch.cluster,
         movement=spec.movement, diagram=spec.diagram,
     )
 
