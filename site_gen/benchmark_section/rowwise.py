@@ -55,22 +55,24 @@ def stage_table(stage, prev, current_hash: str, res) -> str:
         if e is None:
             continue
         if not _ok(e):
-            rows.append(f"| {size} | {e['status']} | | | | | " + " | " * len(peers) + f"{md_cell(e.get('reason', ''))} |")
+            cells = [size, e["status"], "", "", "", "", *[""] * len(peers), "", md_cell(e.get("reason", ""))]
+            rows.append("| " + " | ".join(cells) + " |")
             continue
         stale = records.is_stale(e, current_hash)
         stale_seen |= stale
         vs = e.get("vs") or {}
         prev_ratio = _ratio(vs.get(_arm(prev))) if prev is not None else "–"
         err = f"{e['max_rel_err']:.1e}" if e.get("max_rel_err") is not None else "–"
+        variant = md_cell(e.get("variant") or "")  # the configuration that ran, as the stage describes it
         rows.append(f"| {size} | **{e['gbps']:.0f}**{f' {STALE}' if stale else ''} | {e['median_ms']:.4f} | "
                     f"{e['spread_pct']:.1f} % | {_ratio(vs.get('copy'))} | {prev_ratio} | "
-                    + "".join(f"{_ratio(vs.get(k))} | " for k, _ in peers) + f"{err} |")
+                    + "".join(f"{_ratio(vs.get(k))} | " for k, _ in peers) + f"{err} | {variant} |")
     if not rows:
         return ""
     prev_head = f"vs {prev.id}" if prev is not None else "vs previous"
     head = ("| Row length | GB/s | Median ms | Spread | × copy | " + prev_head + " | "
-            + "".join(f"vs {s} | " for _, s in peers) + "Max rel. error |\n"
-            + "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|")
+            + "".join(f"vs {s} | " for _, s in peers) + "Max rel. error | Configuration |\n"
+            + "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|---|")
     out = [head, *rows, ""]
     if stale_seen:
         out.append(f"{STALE}: measured on an older version of this stage's sources (now `{current_hash}`).\n")
@@ -226,7 +228,7 @@ def climb_diagram(data: dict, gpu_name: str, date: str) -> Diagram | None:
     desc = (f"GB/s of every measured RMSNorm stage on the {gpu_name} at rows of {', '.join(data['series'])} bf16 "
             "columns; dashed, the device-to-device copy of the same bytes timed in the same run, at each length; "
             "right of the stages, the peers (eager PyTorch, torch.compile, Liger, QuACK) at each length.")
-    height = y1 + below + 90
+    height = y1 + below + 110
     c = Canvas("climb-rmsnorm", W, int(height), "The RMSNorm climb: GB/s per stage against the copy", desc)
     c.heading("The RMSNorm climb: GB/s per stage against the copy", f" ({gpu_name}, bf16)")
     for tick in range(0, int(ymax) + 1, 500):
@@ -252,7 +254,9 @@ def climb_diagram(data: dict, gpu_name: str, date: str) -> Diagram | None:
     for i, (key, _short) in enumerate(peers):
         for size, v in data["peers"][key].items():
             _marker(c, xp(i), y(v), size)
-    lx = x0 + 8
+    lx, ly = 12, y1 + below + 10  # the lengths' key, below the axis labels: the plot stays clear
+    c.text(lx, ly + 4, "Row length:", size=12, fill="muted")
+    lx += text_width("Row length:", 12) + 10
     for size in LENGTHS:
         pts = data["series"].get(size)
         if not pts:
@@ -261,11 +265,11 @@ def climb_diagram(data: dict, gpu_name: str, date: str) -> Diagram | None:
         c.path([(x(n), y(v)) for n, v in pts], stroke=colour, sw=sw)
         for n, v in pts:
             _marker(c, x(n), y(v), size)
-        c.line(lx, y0 + 10, lx + 22, y0 + 10, stroke=colour, sw=sw)
-        _marker(c, lx + 11, y0 + 10, size)
-        c.text(lx + 28, y0 + 14, size, size=12, weight="700", fill=colour)
+        c.line(lx, ly, lx + 22, ly, stroke=colour, sw=sw)
+        _marker(c, lx + 11, ly, size)
+        c.text(lx + 28, ly + 4, size, size=12, weight="700", fill=colour)
         lx += 28 + text_width(size, 12, bold=True) + 18
-    yb = y1 + below + 30
+    yb = ly + 30
     c.text(12, yb, "Dashed: the device-to-device copy of the same bytes, timed in the same run: the ceiling at each "
                    "length.", size=12, fill="muted")
     c.text(12, yb + 18, "Right of the stages: the peers at each length (eager PyTorch, torch.compile, Liger, QuACK).",

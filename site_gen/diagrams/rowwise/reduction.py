@@ -95,7 +95,7 @@ def _column(c, i: int, level: str, lay: Layout) -> None:
         why = {"warp": "each lane sums a row of its own: no exchange",
                "cta": "one warp holds the row: its lanes have the sum" if lay.config.threads_per_row == 32
                else "no warp shares the row",
-               "cluster": "one CTA holds the row: no cluster"}[level]
+               "cluster": f"one CTA {'holds' if lay.held else 'takes'} the row: no cluster"}[level]
         for k, line in enumerate(wrap(why, COL_W - 20, 12)):
             c.text(x + COL_W / 2, BODY + BODY_H / 2 + k * 16 - 8, line, size=12, anchor="middle", fill="muted")
         return
