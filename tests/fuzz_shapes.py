@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 MAX_LEN = 20_000
 BLOCK_M = 128  # query rows per output tile of the final stages
@@ -33,6 +33,8 @@ class Shape:
     layout: str = "bhsd"
     view: str = "contiguous"
     kv_heads: int = 0  # 0: as many as q
+    head_dim: int = 128  # q's and k's
+    head_dim_v: int = 0  # 0: as q's
 
     @property
     def kv(self) -> int:
@@ -44,7 +46,9 @@ class Shape:
 
     def label(self) -> str:
         gqa = f", kv_heads={self.kv}" if self.kv != self.heads else ""
-        return (f"(B, H, Lq, Lk)=({self.batch}, {self.heads}, {self.len_q}, {self.len_k}){gqa}, "
+        dims = "" if self.head_dim == 128 and not self.head_dim_v else (
+            f", head dim {self.head_dim}" + (f" (v {self.head_dim_v})" if self.head_dim_v else ""))
+        return (f"(B, H, Lq, Lk)=({self.batch}, {self.heads}, {self.len_q}, {self.len_k}){gqa}{dims}, "
                 f"causal={self.causal}, layout={self.layout}, view={self.view}")
 
     def asdict(self) -> dict:
@@ -71,24 +75,29 @@ NEIGHBOURS = [
 ]
 
 
-def _length(rng: random.Random) -> int:
+def _length(rng: random.Random, tile: int = BLOCK_M) -> int:
     pick = rng.random()
     if pick < 0.25:
         return rng.randint(1, 300)
     if pick < 0.45:  # tile edges
-        return max(1, min(MAX_LEN, BLOCK_M * rng.randint(1, MAX_LEN // BLOCK_M) + rng.choice((-1, 0, 1))))
+        return max(1, min(MAX_LEN, tile * rng.randint(1, MAX_LEN // tile) + rng.choice((-1, 0, 1))))
     if pick < 0.55:
-        return rng.choice((1, 2, 127, 128, 129, MAX_LEN - 1, MAX_LEN))
+        return rng.choice((1, 2, tile - 1, tile, tile + 1, MAX_LEN - 1, MAX_LEN))
     return int(math.exp(rng.uniform(0, math.log(MAX_LEN))))  # log-uniform 1 .. 20 000
 
 
-def fuzz_shapes(seed: int, count: int = 320, gqa: bool = False) -> list[Shape]:
-    """The regression shapes, then `count` random ones, deterministic for a seed."""
+def fuzz_shapes(seed: int, count: int = 320, gqa: bool = False, head_dim: int = 128, head_dim_v: int = 0,
+                tile: tuple[int, int] = (BLOCK_M, BLOCK_M)) -> list[Shape]:
+    """The regression shapes, then `count` random ones, deterministic for a seed. ``head_dim``,
+    ``head_dim_v`` (0: as q's) and ``tile``, that head dim's (BLOCK_M, BLOCK_N), for the stages that
+    serve other head dims than 128: its query lengths fall on and off its BLOCK_M, its key lengths
+    on and off its BLOCK_N."""
     rng = random.Random(seed)
-    shapes = list(HUNG_BEFORE) + list(NEIGHBOURS)
+    dims = {"head_dim": head_dim, "head_dim_v": head_dim_v if head_dim_v != head_dim else 0}
+    shapes = [replace(s, **dims) for s in HUNG_BEFORE + NEIGHBOURS]
     while len(shapes) < len(HUNG_BEFORE) + len(NEIGHBOURS) + count:
-        len_q, len_k = _length(rng), _length(rng)
-        q_blocks = math.ceil(len_q / BLOCK_M)
+        len_q, len_k = _length(rng, tile[0]), _length(rng, tile[1])
+        q_blocks = math.ceil(len_q / tile[0])
         target_tiles = int(math.exp(rng.uniform(0, math.log(6000))))  # 1 .. 6000 output tiles
         pairs = max(1, target_tiles // q_blocks)
         pairs = max(1, min(pairs, int(WORK_LIMIT // (len_q * len_k)), ROW_LIMIT // max(len_q, len_k)))
@@ -99,5 +108,5 @@ def fuzz_shapes(seed: int, count: int = 320, gqa: bool = False) -> list[Shape]:
         if batch * heads * len_q * len_k > WORK_LIMIT and ratio > 1:
             continue  # a large GQA group on long sequences: drawn again
         shapes.append(Shape(batch, heads, len_q, len_k, rng.random() < 0.5, rng.choice(("bhsd", "bshd")),
-                            rng.choice(VIEWS), kv_heads))
+                            rng.choice(VIEWS), kv_heads, **dims))
     return shapes

@@ -46,23 +46,23 @@ def draw(shape, gen, magnitude=4.0) -> torch.Tensor:
 
 def reference(q, k, v, *, causal: bool, scale: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """softmax(scale q kᵀ) v in float64 (or `dtype`: float32 gives the error bound of the numeric
-    fuzz), BHSD; k and v may have fewer heads (grouped-query); rows that see no key are 0
-    (bottom-right causal: query i sees j <= i + Lk - Lq). Computed a few (batch, K/V head) pairs
-    and query rows at a time, so neither the copies of K and V nor the scores outgrow
-    REFERENCE_BYTES."""
-    batch, heads, len_q, _ = q.shape
-    kv_heads, len_k = k.shape[1], k.shape[2]
+    fuzz), BHSD; k and v may have fewer heads (grouped-query), v another head dim than q and k
+    (the output has v's); rows that see no key are 0 (bottom-right causal: query i sees
+    j <= i + Lk - Lq). Computed a few (batch, K/V head) pairs and query rows at a time, so neither
+    the copies of K and V nor the scores outgrow REFERENCE_BYTES."""
+    batch, heads, len_q, head_dim = q.shape
+    kv_heads, len_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     group = heads // kv_heads
-    out = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    out = torch.zeros((batch, heads, len_q, head_dim_v), dtype=dtype, device=q.device)
     if len_k == 0:
         return out
     keys = torch.arange(len_k, device=q.device)
-    kv_per_chunk = max(1, REFERENCE_BYTES // (2 * 8 * len_k * 128))  # float64 K and V of these heads
+    kv_per_chunk = max(1, REFERENCE_BYTES // (8 * len_k * (head_dim + head_dim_v)))  # float64 K and V of these heads
     for b in range(batch):
         for h0 in range(0, kv_heads, kv_per_chunk):
             h1 = min(kv_heads, h0 + kv_per_chunk)
-            k64, v64 = k[b, h0:h1].to(dtype), v[b, h0:h1].to(dtype)  # [kv, Lk, 128]
-            qs = q[b, h0 * group:h1 * group].view(h1 - h0, group, len_q, 128)
+            k64, v64 = k[b, h0:h1].to(dtype), v[b, h0:h1].to(dtype)  # [kv, Lk, D], [kv, Lk, Dv]
+            qs = q[b, h0 * group:h1 * group].view(h1 - h0, group, len_q, head_dim)
             rows = max(1, REFERENCE_BYTES // (8 * (h1 - h0) * group * len_k))
             for r0 in range(0, len_q, rows):
                 r1 = min(len_q, r0 + rows)
@@ -72,27 +72,34 @@ def reference(q, k, v, *, causal: bool, scale: float, dtype: torch.dtype = torch
                     s.masked_fill_(keys[None, :] > limit, float("-inf"))
                 seen = torch.isfinite(s).any(-1, keepdim=True)
                 p = torch.softmax(s.masked_fill(~seen, 0.0), dim=-1) * seen
-                out[b, h0 * group:h1 * group, r0:r1] = torch.matmul(p, v64[:, None]).reshape(-1, r1 - r0, 128)
+                out[b, h0 * group:h1 * group, r0:r1] = torch.matmul(p, v64[:, None]).reshape(-1, r1 - r0, head_dim_v)
     return out
+
+
+def head_dims(shape: dict) -> tuple[int, int]:
+    """(q's and k's head dim, v's) of a case: 128 unless it says (head_dim, head_dim_v)."""
+    d = shape.get("head_dim", 128)
+    return d, shape.get("head_dim_v") or d
 
 
 def _make_inputs(shape: dict, seed: int):
     """q, k, v in BHSD (for the reference) and as the kernel is to read them (layout and view)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     b, h, kvh, lq, lk = shape["batch"], shape["heads"], shape["kv_heads"] or shape["heads"], shape["len_q"], shape["len_k"]
-    q, k, v = draw((b, h, lq, 128), gen), draw((b, kvh, lk, 128), gen), draw((b, kvh, lk, 128), gen)
+    d, dv = head_dims(shape)
+    q, k, v = draw((b, h, lq, d), gen), draw((b, kvh, lk, d), gen), draw((b, kvh, lk, dv), gen)
     return (q, k, v), tuple(_as_view(t, shape["layout"], shape["view"], gen) for t in (q, k, v))
 
 
 def _as_view(t: torch.Tensor, layout: str, view: str, gen) -> torch.Tensor:
     """t (BHSD values) stored in `layout`, as a contiguous tensor, a strided view (one of three
-    slices of a packed [.., 3, 128] tensor, as q, k and v of a fused projection) or a view at a
+    slices of a packed [.., 3, D] tensor, as q, k and v of a fused projection) or a view at a
     16-byte aligned offset into a larger buffer."""
     x = t if layout == "bhsd" else t.transpose(1, 2)
     if view == "contiguous":
         return x.contiguous()
     if view == "strided":
-        packed = torch.full((*x.shape[:3], 3, 128), float("nan"), dtype=x.dtype, device=x.device)
+        packed = torch.full((*x.shape[:3], 3, x.shape[3]), float("nan"), dtype=x.dtype, device=x.device)
         which = int(torch.randint(3, (1,), generator=gen, device=x.device))
         packed[:, :, :, which] = x
         return packed[:, :, :, which]
@@ -116,12 +123,13 @@ def check(stage: int, shape: dict, seed: int, *, out_view: str = "contiguous", r
     s = _stage(stage)
     layout = shape["layout"]
     (q, k, v), (qx, kx, vx) = _make_inputs(shape, seed)
-    scale = 1 / math.sqrt(128)
+    d, dv = head_dims(shape)
+    scale = 1 / math.sqrt(d)
     if out_view == "strided":  # O as one slice of a wider buffer: the gaps must stay NaN
-        wide = torch.full((*qx.shape[:3], 2, 128), float("nan"), dtype=qx.dtype, device=qx.device)
+        wide = torch.full((*qx.shape[:3], 2, dv), float("nan"), dtype=qx.dtype, device=qx.device)
         out = wide[:, :, :, 0]
     else:
-        out = torch.full_like(qx, float("nan"), memory_format=torch.contiguous_format)
+        out = torch.full((*qx.shape[:3], dv), float("nan"), dtype=qx.dtype, device=qx.device)
     hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=s.number, layout=layout, out=out)
     torch.cuda.synchronize()
     o = _to_bhsd(out, layout)
@@ -149,7 +157,7 @@ def peak_score(shape: dict, seed: int) -> float:
     """The largest |scale q·k| the inputs of a case reach (the tests' inputs must exercise the
     softmax's range, not just small scores)."""
     (q, k, _), _ = _make_inputs(shape, seed)
-    return ((q[0, 0].float() @ k[0, 0].float().T) / math.sqrt(128)).abs().max().item()
+    return ((q[0, 0].float() @ k[0, 0].float().T) / math.sqrt(q.shape[3])).abs().max().item()
 
 
 def rejects(stage: int, case: str) -> str:
@@ -194,18 +202,23 @@ def rejects(stage: int, case: str) -> str:
     return message
 
 
-def empty_and_degenerate(stage: int) -> None:
+def empty_and_degenerate(stage: int, head_dim: int = 128, head_dim_v: int | None = None) -> None:
     """Batch, heads or queries of 0 give an empty result; no keys gives zeros (every row sees none)."""
     s = _stage(stage)
-    x = torch.randn(2, 3, 256, 128, device="cuda").to(torch.bfloat16)
-    for shape in ((0, 3, 256, 128), (2, 0, 256, 128)):
-        e = torch.empty(shape, device="cuda", dtype=torch.bfloat16)
-        assert hopattn.attention(e, e, e, stage=s.number).shape == shape
+    d, dv = head_dim, head_dim_v or head_dim
+
+    def empty(*shape, dim=d):
+        return torch.empty(*shape, dim, device="cuda", dtype=torch.bfloat16)
+
+    x, xv = torch.randn(2, 3, 256, d, device="cuda").to(torch.bfloat16), empty(2, 3, 256, dim=dv).normal_()
+    for shape in ((0, 3, 256), (2, 0, 256)):
+        assert hopattn.attention(empty(*shape), empty(*shape), empty(*shape, dim=dv), stage=s.number).shape == (
+            *shape, dv)
     if s.tails:
-        none = torch.empty(2, 3, 0, 128, device="cuda", dtype=torch.bfloat16)
-        assert hopattn.attention(none, x, x, stage=s.number).shape == none.shape
-        out = hopattn.attention(x, none, none, stage=s.number)
-        assert torch.count_nonzero(out) == 0, "no keys: every row must be 0"
+        none = empty(2, 3, 0)
+        assert hopattn.attention(none, x, xv, stage=s.number).shape == (2, 3, 0, dv)
+        out = hopattn.attention(x, none, empty(2, 3, 0, dim=dv), stage=s.number)
+        assert out.shape == (2, 3, 256, dv) and torch.count_nonzero(out) == 0, "no keys: every row must be 0"
     torch.cuda.synchronize()
 
 
@@ -240,16 +253,17 @@ def stage_info(stage: int) -> dict:
     return hopattn.stage_info(stage)
 
 
-def layouts_agree(stage: int, seed: int, causal: bool) -> None:
+def layouts_agree(stage: int, seed: int, causal: bool, head_dim: int = 128, head_dim_v: int | None = None) -> None:
     """BSHD read in place gives exactly the BHSD result (the same arithmetic, other addresses)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    q, k, v = (draw((2, 300, 5, 128), gen) for _ in range(3))
+    d, dv = head_dim, head_dim_v or head_dim
+    q, k, v = draw((2, 300, 5, d), gen), draw((2, 300, 5, d), gen), draw((2, 300, 5, dv), gen)
     bshd = hopattn.attention(q, k, v, causal=causal, stage=stage, layout="bshd")
     bhsd = hopattn.attention(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), causal=causal, stage=stage)
     assert torch.equal(bshd.transpose(1, 2), bhsd), "the layout changed the result"
     # A contiguous BSHD tensor with one head: its head stride is whatever torch left there.
     one = [t[:, :, :1].transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
-    assert one[0].is_contiguous() and one[0].stride(2) != 128  # the case that was once refused
+    assert one[0].is_contiguous() and one[0].stride(2) != d  # the case that was once refused
     single = hopattn.attention(*one, causal=causal, stage=stage, layout="bshd")
     assert torch.equal(single, bshd[:, :, :1]), "a one-head BSHD tensor gave another result"
 
@@ -269,7 +283,7 @@ def lse_matches(stage: int, shape: dict, seed: int) -> dict:
     for a row that sees none; and the output returned with it equals the output without it."""
     layout = shape["layout"]
     (q, k, v), (qx, kx, vx) = _make_inputs(shape, seed)
-    scale = 1 / math.sqrt(128)
+    scale = 1 / math.sqrt(q.shape[3])
     out, lse = hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=stage, layout=layout, return_lse=True)
     plain = hopattn.attention(qx, kx, vx, causal=shape["causal"], stage=stage, layout=layout)
     assert torch.equal(out, plain), "asking for the log-sum-exp changed the output"
@@ -289,12 +303,14 @@ def lse_matches(stage: int, shape: dict, seed: int) -> dict:
     return {"max_abs_err": err}
 
 
-def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
+def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool, head_dim: int = 128,
+                              head_dim_v: int | None = None) -> None:
     """K/V with fewer heads give exactly what the same K/V repeated to q's heads give."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
+    d, dv = head_dim, head_dim_v or head_dim
     for kv_heads in (1, 2, 4):
-        q = draw((2, 8, 700, 128), gen)
-        k, v = draw((2, kv_heads, 900, 128), gen), draw((2, kv_heads, 900, 128), gen)
+        q = draw((2, 8, 700, d), gen)
+        k, v = draw((2, kv_heads, 900, d), gen), draw((2, kv_heads, 900, dv), gen)
         grouped = hopattn.attention(q, k, v, causal=causal, stage=stage)
         group = 8 // kv_heads
         repeated = hopattn.attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=causal,
@@ -313,14 +329,18 @@ def gqa_equals_repeated_heads(stage: int, seed: int, causal: bool) -> None:
 MAXIMA_PROFILES = {"rising": 30.0, "rising-slow": 5.0, "jump": 160.0, "jump-window": 127.0, "falling": 40.0}
 
 
-def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int, *, scale: float = 1 / math.sqrt(128),
-                  step: float | None = None, jump_block: int = 5, kv_heads: int | None = None):
+def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int, *, scale: float | None = None,
+                  step: float | None = None, jump_block: int = 5, kv_heads: int | None = None, head_dim: int = 128,
+                  head_dim_v: int | None = None):
     """q along one direction and k along it with a length per key block that sets its scores' exponent
-    (MAXIMA_PROFILES, or `step`; calibrated for the softmax `scale`), plus a little noise; v random.
-    bf16, BHSD (research/softmax_ranges.py uses them too)."""
+    (MAXIMA_PROFILES, or `step`; calibrated for the softmax `scale`, default 1/sqrt(head_dim)), plus a
+    little noise; v random (of head_dim_v, default head_dim). bf16, BHSD (research/softmax_ranges.py
+    uses them too)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     b, h, lq, lk = shape
     hk = kv_heads or h
+    d, dv = head_dim, head_dim_v or head_dim
+    scale = 1 / math.sqrt(d) if scale is None else scale
     block = torch.arange(lk, device="cuda", dtype=torch.float64) // 128
     step = MAXIMA_PROFILES[kind] if step is None else step
     jump = torch.where(block == jump_block, step, 0.0)
@@ -329,23 +349,24 @@ def maxima_inputs(kind: str, shape: tuple[int, int, int, int], seed: int, *, sca
     exponent = {"rising": block * step, "rising-slow": block * step, "jump": jump, "jump-window": one_key,
                 "falling": torch.where(block == 0, step, -8.0 * block)}[kind]
     log2_per_raw = scale / math.log(2)  # a raw q·k times this is its exponent in log2 units
-    direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
+    direction = torch.randn(d, generator=gen, device="cuda", dtype=torch.float64)
     direction /= direction.norm()
-    q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, 128, generator=gen, device="cuda", dtype=torch.float64)
+    q = 8.0 * direction + 0.05 * torch.randn(b, h, lq, d, generator=gen, device="cuda", dtype=torch.float64)
     k_len = exponent / (8.0 * log2_per_raw)
-    k = k_len[None, None, :, None] * direction + 0.05 * torch.randn(b, hk, lk, 128, generator=gen, device="cuda",
+    k = k_len[None, None, :, None] * direction + 0.05 * torch.randn(b, hk, lk, d, generator=gen, device="cuda",
                                                                     dtype=torch.float64)
-    return q.to(torch.bfloat16), k.to(torch.bfloat16), draw((b, hk, lk, 128), gen)
+    return q.to(torch.bfloat16), k.to(torch.bfloat16), draw((b, hk, lk, dv), gen)
 
 
-def moving_maxima(stage: int, kind: str, causal: bool, seed: int) -> dict:
+def moving_maxima(stage: int, kind: str, causal: bool, seed: int, head_dim: int = 128,
+                  head_dim_v: int | None = None) -> dict:
     """One stage against float64 on maxima_inputs at an odd length (2 x 2 x 1000 x 3001). Outputs poisoned."""
-    q, k, v = maxima_inputs(kind, (2, 2, 1000, 3001), seed)
-    out = torch.full_like(q, float("nan"))
+    q, k, v = maxima_inputs(kind, (2, 2, 1000, 3001), seed, head_dim=head_dim, head_dim_v=head_dim_v)
+    out = torch.full((*q.shape[:3], v.shape[3]), float("nan"), dtype=q.dtype, device=q.device)
     hopattn.attention(q, k, v, causal=causal, stage=stage, out=out)
     torch.cuda.synchronize()
     assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements unwritten or NaN"
-    ref = reference(q, k, v, causal=causal, scale=1 / math.sqrt(128))
+    ref = reference(q, k, v, causal=causal, scale=1 / math.sqrt(head_dim))
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < MAX_REL_ERR, f"relative error {err:.2e} against float64 (limit {MAX_REL_ERR})"
     return {"rel_err": err}
@@ -368,36 +389,37 @@ def numeric_inputs(case: dict, seed: int):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     kind, scale, mag = case["kind"], case["scale"], case["magnitude"]
     b, h, hk, lq, lk = case["batch"], case["heads"], case["kv_heads"], case["len_q"], case["len_k"]
-    qs, ks = (b, h, lq, 128), (b, hk, lk, 128)
+    d, dv = head_dims(case)
+    qs, ks, vs = (b, h, lq, d), (b, hk, lk, d), (b, hk, lk, dv)
     if kind in ("rising", "falling", "jump", "jump_window"):
         profile = {"jump_window": "jump-window"}.get(kind, kind)
         return maxima_inputs(profile, (b, h, lq, lk), seed, scale=scale, step=case["step"],
-                             jump_block=case["block"], kv_heads=hk)
+                             jump_block=case["block"], kv_heads=hk, head_dim=d, head_dim_v=dv)
 
     def normal(shape, m=mag):
         return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64) * m
 
     if kind == "student_t":  # tails cut at 10^6: scores stay inside fp32's range at every scale drawn
-        q, k, v = (_student_t(s, case["dof"], gen).clamp(-1e6, 1e6) * mag for s in (qs, ks, ks))
+        q, k, v = (_student_t(s, case["dof"], gen).clamp(-1e6, 1e6) * mag for s in (qs, ks, vs))
     elif kind.startswith("outlier"):
         # One key per K/V head, at a random row of the chosen tile, along a direction every query leans
         # towards: its score stands `step` log2 units (at this scale) above a typical one.
-        q, k, v = normal(qs), normal(ks), normal(ks)
-        direction = torch.randn(128, generator=gen, device="cuda", dtype=torch.float64)
+        q, k, v = normal(qs), normal(ks), normal(vs)
+        direction = torch.randn(d, generator=gen, device="cuda", dtype=torch.float64)
         direction /= direction.norm()
         q += 2.0 * mag * direction
         row = min(lk - 1, case["block"] * 128 + int(torch.randint(128, (1,), generator=gen, device="cuda")))
         height = case["step"] * math.log(2) / scale / (2.0 * mag)  # length of the key along the direction
         k[:, :, row] = height * direction
     elif kind == "equal":
-        q, v = normal(qs), normal(ks)
-        k = normal((b, hk, 1, 128)).expand(ks).contiguous()
+        q, v = normal(qs), normal(vs)
+        k = normal((b, hk, 1, d)).expand(ks).contiguous()
     elif kind == "subnormal_qk":
-        q, k, v = normal(qs, 1e-39), normal(ks, 1e-39), normal(ks)
+        q, k, v = normal(qs, 1e-39), normal(ks, 1e-39), normal(vs)
     elif kind == "subnormal_v":
-        q, k, v = normal(qs), normal(ks), normal(ks, 1e-39)
+        q, k, v = normal(qs), normal(ks), normal(vs, 1e-39)
     elif kind == "normal":
-        q, k, v = normal(qs), normal(ks), normal(ks)
+        q, k, v = normal(qs), normal(ks), normal(vs)
     else:
         raise ValueError(f"kind: unknown {kind!r}")
     return tuple(t.clamp(-3e38, 3e38).to(torch.bfloat16) for t in (q, k, v))
@@ -427,7 +449,7 @@ def numeric_check(stage: int, case: dict, seed: int, exponent_limit: float | Non
     kx, vx = k, v
     if k.shape[1] != q.shape[1] and not _stage(stage).gqa:  # a stage before grouped K/V heads: repeated
         kx, vx = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-    out = torch.full_like(q, float("nan"))
+    out = torch.full((*q.shape[:3], v.shape[3]), float("nan"), dtype=q.dtype, device=q.device)
     hopattn.attention(q, kx, vx, causal=case["causal"], scale=case["scale"], stage=stage, out=out)
     torch.cuda.synchronize()
     assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements unwritten or NaN"
@@ -448,3 +470,27 @@ def numeric_check(stage: int, case: dict, seed: int, exponent_limit: float | Non
         blind = case["len_q"] - case["len_k"]
         assert torch.count_nonzero(out[:, :, :blind]) == 0, "a query that sees no key got a non-zero output"
     return {"err": err, "bound": bound, "e32": e32}
+
+
+def refuses_head_dim(stage: int, head_dim: int, head_dim_v: int) -> str:
+    """q and k of head_dim with v of head_dim_v, a pair the stage does not serve, are refused before
+    any launch, through the function and the op alike, and the CUDA context still works after.
+    Returns the message."""
+    q = torch.randn(1, 2, 256, head_dim, device="cuda").to(torch.bfloat16)
+    v = torch.randn(1, 2, 256, head_dim_v, device="cuda").to(torch.bfloat16)
+    message = None
+    for entry in ("function", "op"):
+        try:
+            if entry == "function":
+                hopattn.attention(q, q, v, stage=stage)
+            else:
+                torch.ops.hopattn.attention(q, q, v, False, None, stage, "bhsd")
+        except ValueError as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"head dims ({head_dim}, {head_dim_v}) accepted through the {entry}")
+    torch.cuda.synchronize()
+    good = torch.randn(1, 2, 256, 128, device="cuda").to(torch.bfloat16)
+    assert not hopattn.attention(good, good, good, stage=stage).isnan().any(), "a valid call after the refused one"
+    torch.cuda.synchronize()
+    return message

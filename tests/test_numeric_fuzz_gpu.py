@@ -44,6 +44,26 @@ def test_numeric_range(gpu, stage, index, case):
         pytest.skip(f"scores reach {result['beyond']:.3g} log2 units, past the kernels' range (2^30)")
 
 
+# The head dims besides 128 of the stages that serve several (stage 24 on): the first
+# HEAD_DIM_COUNT numeric cases at each, v of its own head dim (gpu_cases.numeric_inputs).
+HEAD_DIM_COUNT = 48
+HEAD_DIM_CASES = [(s, d, dv, i, c) for s in FULL if len(s.head_dims) > 1 for d, dv in s.head_dims
+                  if (d, dv) != (128, 128) for i, c in enumerate(NUMERIC[:HEAD_DIM_COUNT])]
+
+
+@pytest.mark.parametrize("stage, head_dim, head_dim_v, index, case", HEAD_DIM_CASES,
+                         ids=[f"{s.name}-d{d}-{i:03d}-{c.kind}" for s, d, _, i, c in HEAD_DIM_CASES])
+def test_numeric_range_head_dims(gpu, stage, head_dim, head_dim_v, index, case):
+    seed = GPU_SEED + index
+    result = gpu.call("numeric_check", label=f"stage {stage.id}, head dim {head_dim} (v {head_dim_v}), numeric "
+                                             f"#{index}, {case.label()}, seed {seed}",
+                      timeout=60, stage=stage.number, case={**case.asdict(), "head_dim": head_dim,
+                                                            "head_dim_v": head_dim_v},
+                      seed=seed, exponent_limit=EXPONENT_LIMIT)
+    if "beyond" in result:
+        pytest.skip(f"scores reach {result['beyond']:.3g} log2 units, past the kernels' range (2^30)")
+
+
 # The issue's report: unit-normal inputs, a few hundred queries and keys, two batches, three heads.
 SWEEP_SCALES = [10.0 ** (e / 2) for e in range(-6, 7)]  # 1e-3, 3.2e-3, ..., 1e3
 SWEEP = [(s, scale, causal) for s in FULL for scale in SWEEP_SCALES for causal in (False, True)]
