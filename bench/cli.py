@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", default=None,
                    help=f"comma-separated, from {','.join(ALL_SHAPES)}, or a set: core (4k,8k,16k: every stage), "
                         f"users (the shapes beyond them: the full-contract stages and the reference peers), "
-                        f"all (default; --quick: {QUICK_SHAPE}); the backward runs the core ones among them")
+                        f"all (default; --quick: {QUICK_SHAPE}), head-dims (4k/8k/16k at head dims 64, 96, 128, "
+                        f"192 with v 128 and 256, H*D = 2048: the stages that serve them and the peers; not in "
+                        f"'all'; names like 8k-d64, 8k-d192v128), head-dims-8k (their 8k column); the backward "
+                        f"runs the core ones among them")
     p.add_argument("--causal", choices=tuple(CAUSAL_CHOICES), default=None,
                    help="masks to run, both passes (default: both; --quick: off)")
     p.add_argument("--quick", action="store_true",

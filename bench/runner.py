@@ -129,14 +129,16 @@ def check_arm(s: Session, arm, inputs, ref, causal: bool, scale: float):
 
     def once():
         with launch.context():
-            got = correctness.poisoned_call(s.torch, launch.fn, q.numel(), q.dtype, q.device)
+            got = correctness.poisoned_call(s.torch, launch.fn, q.numel() // q.shape[3] * v.shape[3], q.dtype,
+                                            q.device)
         s.synchronize()
         return got
 
     result, poisoned = correctness.explained(once)
     out = launch.to_bhsd(result)
-    if tuple(out.shape) != tuple(q.shape):
-        raise RuntimeError(f"output shape {tuple(out.shape)} differs from q's {tuple(q.shape)}")
+    expected = (*q.shape[:3], v.shape[3])  # q's, with v's head dim
+    if tuple(out.shape) != expected:
+        raise RuntimeError(f"output shape {tuple(out.shape)} differs from {expected} (q's, with v's head dim)")
     return launch, ref.rel_err(out), poisoned
 
 
@@ -150,8 +152,9 @@ class ForwardPass:
 
     def inputs(self, s: Session, shape: Shape):
         torch = s.torch
-        return tuple(torch.randn(shape.batch, heads, n, shape.head_dim, device=s.device, dtype=torch.bfloat16)
-                     for heads, n in ((shape.heads, shape.len_q), (shape.kv, shape.len_k), (shape.kv, shape.len_k)))
+        return tuple(torch.randn(shape.batch, heads, n, d, device=s.device, dtype=torch.bfloat16)
+                     for heads, n, d in ((shape.heads, shape.len_q, shape.head_dim), (shape.kv, shape.len_k, shape.head_dim),
+                                         (shape.kv, shape.len_k, shape.dv)))
 
     def reference(self, s: Session, shape: Shape, inputs, causal: bool, scale: float):
         sample = correctness.choose_sample(shape.batch, shape.heads, shape.len_q, s.rng)

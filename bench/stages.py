@@ -55,8 +55,10 @@ class StageArm(Arm):
             return ("skipped", f"stage needs compute capability 8.0 or newer; {self.gpu_name} is {cc}")
         if causal and not s.causal:
             return ("skipped", "stage has no causal support (stage.toml supports.causal = false)")
-        if shape.head_dim != s.head_dim:
-            return ("skipped", f"stage is built for head dim {s.head_dim}, shape has {shape.head_dim}")
+        if s.head_dim_v(shape.head_dim) != shape.dv:
+            dims = f"{shape.head_dim}" + (f" (v {shape.dv})" if shape.dv != shape.head_dim else "")
+            return ("skipped", f"stage serves head dim {s.head_dims_text()} (stage.toml supports.head_dims), shape "
+                               f"has {dims}")
         if not s.tails and (shape.len_q % s.block_m or shape.len_k % s.block_n):
             return ("skipped", f"stage needs lengths that are multiples of its tile ({s.block_m}x{s.block_n})")
         if is_user_shape(shape) and not (s.causal and s.tails and s.strided):

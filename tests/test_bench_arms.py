@@ -140,3 +140,18 @@ def test_summary_table():
     assert lines[2].startswith("stage 01") and "0.061" in lines[2] and lines[2].split()[-1] == "2.10e-03"
     assert lines[3].startswith("fa4") and "660.0" in lines[3] and "1.087" in lines[3]
     assert lines[4].startswith("stage 07") and "8k causal" in lines[4] and lines[4].endswith("stage uses sm_90a")
+
+
+def test_stage_arms_run_the_head_dims_their_stage_serves(stage01):
+    """supports.head_dims decides: a stage of 128 only skips the head-dim points naming what it serves."""
+    from bench.shapes import HEAD_DIM_SHAPES
+
+    h200 = StageArm(stage01, (9, 0), "NVIDIA H200")
+    assert h200.applies(HEAD_DIM_SHAPES["8k-d128"], False) is None
+    assert h200.applies(HEAD_DIM_SHAPES["8k-d64"], False) == (
+        "skipped", "stage serves head dim 128 (stage.toml supports.head_dims), shape has 64")
+    assert "shape has 192 (v 128)" in h200.applies(HEAD_DIM_SHAPES["8k-d192v128"], False)[1]
+    many = StageArm(dataclasses.replace(stage01, head_dims=((64, 64), (128, 128), (192, 128))), (9, 0), "NVIDIA H200")
+    for name in ("8k-d64", "8k-d128", "8k-d192v128"):
+        assert many.applies(HEAD_DIM_SHAPES[name], False) is None, name
+    assert many.applies(HEAD_DIM_SHAPES["8k-d256"], False)[0] == "skipped"

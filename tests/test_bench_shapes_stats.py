@@ -76,3 +76,25 @@ def test_round_order_alternates():
     assert stats.round_order(names, 0) == names
     assert stats.round_order(names, 1) == ["c", "b", "a"]
     assert stats.round_order(names, 2) == names
+
+
+def test_head_dim_points_keep_h_times_d_and_are_not_in_the_default_run():
+    """Issue #29's points: 4k/8k/16k (B·L = 32k) with H·D = 2048 (64 x 32, 128 x 16, 256 x 8; 96 and
+    192 with v 128 over the nearest whole number of heads), run with --shapes head-dims only."""
+    from bench.shapes import ALL_SHAPES, HEAD_DIM_SHAPES
+
+    points = {(s.name, s.head_dim, s.dv, s.heads, s.batch, s.len_q) for s in HEAD_DIM_SHAPES.values()}
+    assert {("8k-d64", 64, 64, 32, 4, 8192), ("8k-d128", 128, 128, 16, 4, 8192), ("8k-d256", 256, 256, 8, 4, 8192),
+            ("4k-d96", 96, 96, 21, 8, 4096), ("16k-d192v128", 192, 128, 11, 2, 16384)} <= points
+    assert len(HEAD_DIM_SHAPES) == 15 and not set(HEAD_DIM_SHAPES) & set(ALL_SHAPES)
+    assert [s.name for s in parse_shapes("all")] == list(ALL_SHAPES)
+    assert len(parse_shapes("head-dims")) == 15
+    assert [s.name for s in parse_shapes("head-dims-8k")] == ["8k-d64", "8k-d96", "8k-d128", "8k-d192v128", "8k-d256"]
+    assert [s.name for s in parse_shapes("8k,8k-d64")] == ["8k", "8k-d64"]
+    assert HEAD_DIM_SHAPES["8k-d192v128"].describe() == "B4 H11 L8192 D192 Dv128"
+
+
+def test_flops_count_qk_over_d_and_pv_over_v_s_head_dim():
+    mla = Shape("mla", 1, 2, 128, 256, 192, head_dim_v=128)
+    assert flops(mla, False) == 2 * 1 * 2 * 128 * 256 * (192 + 128)
+    assert flops(Shape("d64", 1, 2, 128, 256, 64), True) == 4 * 1 * 2 * 128 * 256 * 64 / 2

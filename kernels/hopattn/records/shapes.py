@@ -21,10 +21,15 @@ class Shape:
     layout: str = "bhsd"  # how the inputs are stored: "bshd" for the layout-in-place shape
     kv_heads: int = 0     # K/V heads (grouped-query); 0: as many as q
     what: str = ""        # why the shape is in the set (the site shows it)
+    head_dim_v: int = 0   # v's (and the output's) head dim; 0: head_dim
 
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def dv(self) -> int:
+        return self.head_dim_v or self.head_dim
 
     @property
     def dims(self) -> dict:
@@ -34,7 +39,8 @@ class Shape:
     def describe(self) -> str:
         lengths = f"L{self.len_q}" if self.len_q == self.len_k else f"Lq{self.len_q} Lk{self.len_k}"
         extra = (f" Hkv{self.kv_heads}" if self.kv_heads else "") + (" BSHD" if self.layout == "bshd" else "")
-        return f"B{self.batch} H{self.heads} {lengths} D{self.head_dim}{extra}"
+        dv = f" Dv{self.dv}" if self.dv != self.head_dim else ""
+        return f"B{self.batch} H{self.heads} {lengths} D{self.head_dim}{dv}{extra}"
 
 
 # The three points every stage runs: the same number of tokens per shape (B·L = 32k); the work
@@ -56,14 +62,37 @@ USER_SHAPES = {
 }
 ALL_SHAPES = {**SHAPES, **USER_SHAPES}
 
+# The head-dim points (issue #29, as the FlashAttention-3 paper): the core three lengths (B·L = 32k
+# tokens) with H·D = 2048 — head dim 64 over 32 heads, 128 over 16, 256 over 8; 96 and 192 (v 128,
+# DeepSeek's MLA prefill) over the nearest whole number of heads. Not in ALL_SHAPES: the default run
+# stays as it is; `--shapes head-dims` (or a name such as 8k-d64) runs them.
+HEAD_DIM_POINTS = ((64, 64, 32), (96, 96, 21), (128, 128, 16), (192, 128, 11), (256, 256, 8))  # (D, Dv, H)
+
+
+def _head_dim_shape(base: Shape, d: int, dv: int, heads: int) -> Shape:
+    name = f"{base.name}-d{d}" + (f"v{dv}" if dv != d else "")
+    what = f"head dim {d}" + (f" (v {dv})" if dv != d else "") + f", H·D = {heads * d}"
+    return Shape(name, base.batch, heads, base.len_q, base.len_k, head_dim=d, what=what,
+                 head_dim_v=dv if dv != d else 0)
+
+
+HEAD_DIM_SHAPES = {s.name: s for s in (_head_dim_shape(base, d, dv, h) for d, dv, h in HEAD_DIM_POINTS
+                                       for base in SHAPES.values())}
+KNOWN_SHAPES = {**ALL_SHAPES, **HEAD_DIM_SHAPES}  # every shape a record may name
+
 
 def is_user_shape(shape: Shape) -> bool:
     return shape.name in USER_SHAPES
 
 
+def is_head_dim_shape(shape: Shape) -> bool:
+    return shape.name in HEAD_DIM_SHAPES
+
+
 def flops(shape: Shape, causal: bool) -> float:
-    """4·B·H·Lq·Lk·D (QKᵀ and PV, 2 FLOP per multiply-add), halved for causal (half the scores survive)."""
-    n = 4.0 * shape.batch * shape.heads * shape.len_q * shape.len_k * shape.head_dim
+    """2·B·H·Lq·Lk·(D + Dv): QKᵀ over D and PV over Dv, 2 FLOP per multiply-add (4·B·H·Lq·Lk·D where v's
+    head dim is q's), halved for causal (half the scores survive)."""
+    n = 2.0 * shape.batch * shape.heads * shape.len_q * shape.len_k * (shape.head_dim + shape.dv)
     return n / 2 if causal else n
 
 
