@@ -8,6 +8,7 @@ lineage and say so when it is not."""
 
 import math
 import shutil
+import sys
 
 import pytest
 from hopattn import lineage
@@ -213,3 +214,33 @@ def test_attention_returns_v_s_head_dim_through_every_op(head_dim, head_dim_v):
 @needs_24
 def test_the_final_stage_serves_every_head_dim():
     assert api._stage(None).head_dims == SERVED
+
+
+# --- the protocol of each tile, emulated (research/stage24/protocol.py) ---------------------------
+
+
+def _protocol():
+    import importlib.util
+
+    path = lineage.ATTENTION_DIR.parent.parent / "research" / "stage24" / "protocol.py"
+    spec = importlib.util.spec_from_file_location("stage24_protocol", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up there
+    spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules[spec.name]
+
+
+def test_no_tile_deadlocks_and_one_q_buffer_needs_the_held_v_first():
+    """Three consumers' ring of turns, four K/V buffers, one Q buffer with O staged in it: every
+    sequence of output tiles completes in both orders; without issuing the held-back V before the
+    wait for the one Q buffer, the order without a mask hangs at head dims 192 and 256."""
+    protocol = _protocol()
+    tiles = {t.head_dim: t for t in protocol.stage_24_tiles()}
+    assert sorted(tiles) == [64, 96, 128, 192, 256] and tiles[64].consumers == 3 and tiles[256].o_in_q
+    for t in tiles.values():
+        for ring in (False, True):
+            for seq in protocol.sequences(150, 0):
+                if ring or 0 not in seq:
+                    assert protocol.run(t, seq, ring, fixed=True) is None, (t, seq, ring)
+    assert protocol.run(tiles[192], [1, 1, 1], ring=False, fixed=False).startswith("producer: q_empty")
+    assert protocol.run(tiles[128], [1, 1, 1], ring=False, fixed=False) is None  # two Q buffers: no wait on it

@@ -527,6 +527,7 @@ struct Producer : TraceRefs {
             if constexpr (Q_STAGES == 1) {
                 // One Q buffer: load_q waits for the consumers to finish the tile before, whose last
                 // PV needs the V still held back (the causal order has issued it above already).
+                // Without this the order without a mask deadlocks (research/stage24/protocol.py).
                 if (st.v_row >= 0) {
                     load_held_v(st);
                     TRACE_MARK(load_v, st.local - 1, st.v_row / BLOCK_N);
