@@ -2,7 +2,7 @@
 # One GPU run of the RMSNorm lineages (Part II), forward or backward: build the stages and the
 # binding, run the GPU tests under the watchdog, then the benchmark against the copy ceiling, eager,
 # torch.compile, Liger and QuACK. Each part stays under 5 minutes on an H200 (its steps' limits add
-# up to 240 s forward, 280 s backward; a cold build is most of the first step); `all` runs both, one
+# up to 240 s forward, 290 s backward; a cold build is most of the first step); `all` runs both, one
 # after the other (about 9 minutes: two calls, one a part, fit a short lease better).
 #
 #   PYTHONPATH=$PWD/kernels:$PWD bash research/rmsnorm/gpu_run.sh              # the forward (as before)
@@ -44,7 +44,7 @@ if [ "$part" != forward ]; then
     # from; cached when the forward part ran first) and the binding
     step backward-build 60 python3 -m hopattn.rowwise_build
     HOPATTN_GPU_LOG="$logs/rmsnorm-backward-gpu-cases-$gpu-$stamp.log" \
-        step backward-gpu-tests 90 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_rmsnorm_backward_gpu.py
-    step backward-bench 130 python3 -m bench.rowwise_backward
+        step backward-gpu-tests 110 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_rmsnorm_backward_gpu.py
+    step backward-bench 120 python3 -m bench.rowwise_backward
 fi
 exit $status
