@@ -29,9 +29,9 @@ CASES = backward_cases(GPU_SEED)
 @pytest.fixture(scope="module")
 def rms():
     from gpu_watchdog import Worker
-    from hopattn import rowwise_build
+    from hopattn import rowwise, rowwise_build
 
-    rowwise_build.build_all(STAGES)
+    rowwise_build.build_all(STAGES + rowwise.discover()[-1:])  # and the forward's final stage (autograd, compile)
     rowwise_build.build_native()
     worker = Worker(gpu_log_path(), cases="rmsnorm_backward_cases")
     yield worker
