@@ -2,7 +2,9 @@
 262144 columns, odd ones and the edges of every stage's configurations, then a seeded fuzz of
 shapes, dtypes, views and magnitudes. tests/test_rmsnorm_gpu.py runs them; tests/test_rmsnorm_fuzz.py
 checks their spread on the CPU. The backward's (backward_cases) add whether rstd reached the loss
-(drstd) and whether dw is wanted; tests/test_rmsnorm_backward_gpu.py runs them."""
+(drstd) and whether dw is wanted; tests/test_rmsnorm_backward_gpu.py runs them. The softmax lineages'
+(softmax_cases) are the same lengths, views and magnitudes, some with masked (−inf) columns;
+tests/test_softmax_gpu.py runs them."""
 
 from __future__ import annotations
 
@@ -90,4 +92,20 @@ def backward_cases(seed: int, fuzz: int = 60) -> list[BackwardCase]:
     rng = random.Random(seed)
     out += [BackwardCase(**c.asdict(), drstd=rng.random() < 0.3, weight_grad=rng.random() < 0.85)
             for c in fuzz_cases(seed, fuzz)]
+    return out
+
+
+@dataclass(frozen=True)
+class SoftmaxCase(Case):
+    masked: bool = False  # a random half of each row's columns (never the first) set to -inf
+
+    def label(self) -> str:  # weight and eps mean nothing to a softmax
+        return f"{self.rows}x{self.cols} {self.dtype} {self.view} |x|~{self.magnitude:g}" + (" masked" if self.masked else "")
+
+
+def softmax_cases(seed: int, fuzz: int = 40) -> list[SoftmaxCase]:
+    """The edge lengths and views (every fifth case masked), then a seeded fuzz of the same spread."""
+    out = [SoftmaxCase(**c.asdict(), masked=i % 5 == 4) for i, c in enumerate(edge_cases())]
+    rng = random.Random(seed ^ 0x50F7)
+    out += [SoftmaxCase(**c.asdict(), masked=rng.random() < 0.25) for c in fuzz_cases(seed ^ 0x50F7, fuzz)]
     return out

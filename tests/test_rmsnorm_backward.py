@@ -90,7 +90,7 @@ def test_a_wrong_constant_is_reported(tmp_path):
 
 
 def test_the_build_selects_lineages():
-    assert set(rowwise_build.LINEAGES) == {"rmsnorm", "rmsnorm_backward"}
+    assert {"rmsnorm", "rmsnorm_backward"} <= set(rowwise_build.LINEAGES)
     with pytest.raises(SystemExit):
         rowwise_build.main(["3-4"] + ["--lineage", "all"])  # stages of which lineage?
 

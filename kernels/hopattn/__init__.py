@@ -11,7 +11,7 @@ The custom ops ``torch.ops.hopattn.attention`` and ``attention_out`` are registe
 
 import sys
 
-__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage", "rms_norm"]
+__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage", "rms_norm", "softmax"]
 
 if "torch" in sys.modules:  # the caller uses torch: register the ops now, so torch.ops.hopattn.* exist
     from . import api  # noqa: F401
@@ -23,6 +23,10 @@ def __getattr__(name):
         from . import rmsnorm
 
         return rmsnorm.rms_norm
+    if name == "softmax":  # Part II (hopattn.softmax_ops registers torch.ops.hopattn.softmax on import)
+        from . import softmax_ops
+
+        return softmax_ops.softmax
     if name in __all__:
         from . import api
 

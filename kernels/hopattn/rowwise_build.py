@@ -1,9 +1,11 @@
-"""Builds Part II's rowwise lineages: every RMSNorm stage, forward and backward, into its own shared
-library (through hopattn.build, cached by its sources, in parallel) and the binding rowwise_native.cpp.
+"""Builds Part II's rowwise lineages: every RMSNorm and softmax stage, forward and backward, into its
+own shared library (through hopattn.build, cached by its sources, in parallel) and the binding
+rowwise_native.cpp.
 
-    python -m hopattn.rowwise_build                               # every stage of both, and the binding
-    python -m hopattn.rowwise_build 4-5                           # some forward stages (and the binding)
-    python -m hopattn.rowwise_build --lineage rmsnorm_backward 3-4   # some backward stages
+    python -m hopattn.rowwise_build                               # every stage of every lineage, and the binding
+    python -m hopattn.rowwise_build 4-5                           # some RMSNorm forward stages (and the binding)
+    python -m hopattn.rowwise_build --lineage rmsnorm_backward 3-4   # some stages of one lineage
+    python -m hopattn.rowwise_build --lineage softmax,softmax_backward
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import build, rowwise, rowwise_backward
+from . import build, rowwise, rowwise_backward, softmax_lineage
 
 NATIVE_SOURCE = build.PACKAGE_DIR / "rowwise_native.cpp"
 ABI_HEADER = rowwise.RMSNORM_DIR / "common" / "abi_rmsnorm.h"
 BACKWARD_ABI_HEADER = rowwise_backward.RMSNORM_BACKWARD_DIR / "common" / "abi_rmsnorm_backward.h"
-LINEAGES = {"rmsnorm": rowwise.discover, "rmsnorm_backward": rowwise_backward.discover}
+SOFTMAX_ABI_HEADER = softmax_lineage.SOFTMAX_DIR / "common" / "abi_softmax.h"
+LINEAGES = {"rmsnorm": rowwise.discover, "rmsnorm_backward": rowwise_backward.discover,
+            "softmax": softmax_lineage.discover, "softmax_backward": softmax_lineage.discover_backward}
 
 
 def native_path() -> Path:
@@ -30,7 +34,7 @@ def native_path() -> Path:
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     key = build._key(NATIVE_SOURCE.read_text(), ABI_HEADER.read_text(), BACKWARD_ABI_HEADER.read_text(),
-                     pybind11.__version__, sys.version, build.nvcc_version())
+                     SOFTMAX_ABI_HEADER.read_text(), pybind11.__version__, sys.version, build.nvcc_version())
     return build.build_dir() / f"_rowwise_native-{key}{suffix}"
 
 
@@ -44,7 +48,7 @@ def build_native() -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     includes = [pybind11.get_include(), sysconfig.get_paths()["include"], str(ABI_HEADER.parent),
-                str(BACKWARD_ABI_HEADER.parent)]
+                str(BACKWARD_ABI_HEADER.parent), str(SOFTMAX_ABI_HEADER.parent)]
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         tmp_target = Path(tmp) / target.name
         cmd = [build.nvcc(), "-O2", "-std=c++17", "-shared", "-Xcompiler=-fPIC,-fvisibility=hidden",
@@ -91,21 +95,26 @@ def select(stages: list[rowwise.RowStage], args: list[str]) -> list[rowwise.RowS
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hopattn.rowwise_build", description=__doc__.splitlines()[0])
     parser.add_argument("stages", nargs="*", help="stage numbers or ranges (1 3-5) of one lineage; default: all")
-    parser.add_argument("--lineage", choices=[*LINEAGES, "all"], default=None,
-                        help="which lineage (default: all, or rmsnorm when stages are named)")
+    parser.add_argument("--lineage", default=None,
+                        help=f"which lineages, comma-separated from {', '.join(LINEAGES)}, or all "
+                             "(default: all, or rmsnorm when stages are named)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes")
     parser.add_argument("--no-native", action="store_true", help="skip the binding")
     args = parser.parse_args(argv)
     chosen = args.lineage or ("rmsnorm" if args.stages else "all")
-    if chosen == "all" and args.stages:
-        parser.error("name a --lineage for the stages to build (rmsnorm or rmsnorm_backward)")
+    names = list(LINEAGES) if chosen == "all" else [n.strip() for n in chosen.split(",") if n.strip()]
+    unknown = [n for n in names if n not in LINEAGES]
+    if unknown or not names:
+        parser.error(f"--lineage: unknown {unknown[0] if unknown else chosen!r}; expected some of "
+                     f"{', '.join(LINEAGES)}, or all")
+    if len(names) > 1 and args.stages:
+        parser.error(f"name one --lineage for the stages to build (one of {', '.join(LINEAGES)})")
     try:
-        stages = [s for name in (LINEAGES if chosen == "all" else [chosen])
-                  for s in select(LINEAGES[name](), args.stages)]
+        stages = [s for name in names for s in select(LINEAGES[name](), args.stages)]
     except ValueError as err:
         parser.error(str(err))
     start = time.perf_counter()
-    names = "rmsnorm and rmsnorm_backward" if chosen == "all" else chosen
+    names = ", ".join(names)
     print(f"building {len(stages)} {names} stage(s) into {build.build_dir()} with {build.nvcc_version()}", flush=True)
     try:
         build_all(stages, args.jobs, verbose=True)
