@@ -14,9 +14,9 @@
 // thread-block cluster (16: non-portable, allowed on Hopper), whose sums meet through distributed
 // shared memory as the forward's stage 04 merges its pairs (each CTA's sum into slot [rank] of every
 // peer, one cluster barrier, the slots added in rank order): up to 256k bf16 (128k fp32) columns
-// read once. Rows that need fewer than kMinCtaThreads threads are
-// packed several to a CTA. Longer rows, and rows not aligned to 16 bytes, run stage 01's kernels,
-// kept below unchanged.
+// read once. Rows that need fewer than kMinCtaThreads threads are packed several to a CTA. Longer
+// rows, rows not aligned to 16 bytes, and a GPU on which no cluster of the size fits, run stage 01's
+// kernels, kept below unchanged.
 #include "../../softmax/common/abi_softmax.h"
 #include "../../rmsnorm/common/elements.cuh"
 
@@ -229,6 +229,35 @@ int with_config(int64_t cols, F&& f) {
     return f(nullptr);
 }
 
+// Whether a cluster of C::kCluster CTAs fits on this GPU at all (16, a non-portable size, needs a GPC
+// with 16 SMs free); where none does, stage 01's kernels run instead.
+template <typename T, typename C>
+bool cluster_fits() {
+    auto kernel = softmax_bwd_rows<T, C::kThreadsPerRow, C::kHeld, 1, C::kCluster>;
+    if constexpr (C::kCluster > 8) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+            cudaGetLastError();  // not sticky: cleared, and the fallback runs
+            return false;
+        }
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(C::kCluster);
+    config.blockDim = dim3(C::kThreadsPerRow);
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = C::kCluster;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return clusters > 0;
+}
+
 template <typename T, typename C>
 cudaError_t launch_cluster(const SoftmaxBackwardParams& p, cudaStream_t stream) {
     cudaLaunchConfig_t config = {};
@@ -282,7 +311,8 @@ int launch_typed(const SoftmaxBackwardParams& p, cudaStream_t stream, char* err,
         } else if (!aligned) {
             launch_vec<T, 1>(p, stream);
         } else if constexpr (C::kCluster > 1) {
-            launched = launch_cluster<T, C>(p, stream);
+            if (cluster_fits<T, C>()) launched = launch_cluster<T, C>(p, stream);
+            else launch_vec<T, kVec16<T>>(p, stream);
         } else {
             const unsigned ctas = (unsigned)((p.rows + C::kRows - 1) / C::kRows);
             softmax_bwd_rows<T, C::kThreadsPerRow, C::kHeld, C::kRows, 1>
@@ -332,6 +362,9 @@ HOPATTN_EXPORT int hopattn_softmax_backward_describe(const SoftmaxBackwardParams
                 return aligned ? describe_vec<T, kVec16<T>>(*p, info, err, errlen) : describe_vec<T, 1>(*p, info, err, errlen);
             } else {
                 if (!aligned) return describe_vec<T, 1>(*p, info, err, errlen);
+                if constexpr (C::kCluster > 1) {
+                    if (!cluster_fits<T, C>()) return describe_vec<T, kVec16<T>>(*p, info, err, errlen);
+                }
                 snprintf(info->variant, sizeof(info->variant), "y and dy in registers<%s, %d threads/row, %d vectors, cluster %d>",
                          kDtypeName<T>, C::kThreadsPerRow, C::kHeld, C::kCluster);
                 info->threads = C::kThreadsPerRow * C::kRows;
