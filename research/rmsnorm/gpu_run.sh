@@ -2,7 +2,7 @@
 # One GPU run of the RMSNorm lineages (Part II), forward or backward: build the stages and the
 # binding, run the GPU tests under the watchdog, then the benchmark against the copy ceiling, eager,
 # torch.compile, Liger and QuACK. Each part stays under 5 minutes on an H200 (its steps' limits add
-# up to 240 s forward, 290 s backward; a cold build is most of the first step); `all` runs both, one
+# up to 240 s forward, 300 s backward; a cold build is most of the first step); `all` runs both, one
 # after the other (about 9 minutes: two calls, one a part, fit a short lease better).
 #
 #   PYTHONPATH=$PWD/kernels:$PWD bash research/rmsnorm/gpu_run.sh              # the forward (as before)
@@ -40,9 +40,9 @@ if [ "$part" != backward ]; then
     step bench 120 python3 -m bench.rowwise
 fi
 if [ "$part" != forward ]; then
-    # both lineages (the forward's final stage makes the rstd the backward's tests and bench start
-    # from; cached when the forward part ran first) and the binding
-    step backward-build 60 python3 -m hopattn.rowwise_build
+    # both RMSNorm lineages (the forward's final stage makes the rstd the backward's tests and bench
+    # start from; cached when the forward part ran first) and the binding, not the softmax lineages
+    step backward-build 70 python3 -m hopattn.rowwise_build --lineage rmsnorm,rmsnorm_backward
     HOPATTN_GPU_LOG="$logs/rmsnorm-backward-gpu-cases-$gpu-$stamp.log" \
         step backward-gpu-tests 110 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_rmsnorm_backward_gpu.py
     step backward-bench 120 python3 -m bench.rowwise_backward
