@@ -1,12 +1,19 @@
 """Trace points vanish without -DHOPATTN_TRACE: each stage compiles to the same SASS as the same
-source with its trace points deleted, and the traced build compiles (common/trace.cuh, common/trace_recorder.cuh)."""
+source with its trace points deleted, and the traced build compiles (common/trace.cuh, common/trace_recorder.cuh).
+The backward's too (kernels/attention_backward/common/trace_backward.cuh, recorded by its
+trace_recorder_backward.cuh): stage 03 and the drafts of research/backward_next/, assembled beside
+the lineage's headers as tests/test_backward_draft.py does, with and without their trace points;
+and their traced builds compile with the recorder's clock reads and rows, without a wait injected
+on the wgmmas in flight."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from hopattn import build, lineage
@@ -15,8 +22,18 @@ pytestmark = pytest.mark.nvcc
 
 STAGES = lineage.discover()
 TRACE_LINE = re.compile(r"^\s*TRACE_(INIT|BEGIN|END|MARK)\(.*\);\s*$")
-TRACE_USE = re.compile(r"\bTRACE_(INIT|BEGIN|END|MARK)\b")
+TRACE_USE = re.compile(r"\bTRACE_(INIT|BEGIN|END|MARK|PARAM|ARG)\b")
+# The backward's: a function's trace state, after its last parameter and its call's last argument.
+TRACE_ARGS = re.compile(r"\s*\bTRACE_(PARAM|ARG)\b")
 INCLUDE = '#include "../common/trace.cuh"'
+BACKWARD_INCLUDE = '#include "../common/trace_backward.cuh"'
+WAITING = Path(__file__).resolve().parent.parent / "research" / "backward_next"
+DRAFTS = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
+# The traced builds' spills (ptxas, the main kernel): stage 05 runs at 255 registers without them, and
+# the warp's three registers of trace state (next row, end, kinds) push 16 bytes out, reloaded once a
+# step on the TMA-issuing thread's path; stage 06's producer at 24 registers spills 8 bytes in its dQ
+# warps' loop. No other backward stage spills.
+TRACED_SPILLS = {"03_wgmma": 0, "04_dq-bulk-reduce": 0, "05_ordered-dq": 16, "06_warp-specialized": 8}
 
 
 def _nvcc_or_skip() -> str:
@@ -27,8 +44,10 @@ def _nvcc_or_skip() -> str:
 
 
 def without_trace_points(source: str) -> str:
-    """The source with every trace point (a statement on a line of its own) and the include removed."""
-    kept = [line for line in source.splitlines() if not TRACE_LINE.match(line) and line.strip() != INCLUDE]
+    """The source with every trace point (a statement on a line of its own; the backward's TRACE_PARAM
+    and TRACE_ARG, wherever they are) and the include removed."""
+    kept = [TRACE_ARGS.sub("", line) for line in source.splitlines()
+            if not TRACE_LINE.match(line) and line.strip() not in (INCLUDE, BACKWARD_INCLUDE)]
     leftover = [line for line in kept if TRACE_USE.search(line)]
     assert not leftover, f"trace points must be statements on lines of their own: {leftover[:3]}"
     return "\n".join(kept) + "\n"
@@ -87,6 +106,81 @@ def test_the_stripping_rule_refuses_trace_points_inside_other_statements():
     assert without_trace_points("a();\n    TRACE_MARK(load_q, 0, -1);\nb();\n") == "a();\nb();\n"
     with pytest.raises(AssertionError, match="lines of their own"):
         without_trace_points("if (x) TRACE_MARK(load_q, 0, -1);\n")
+
+
+def test_the_stripping_rule_takes_the_backward_s_parameters_out():
+    src = ("__device__ void role(int wg TRACE_PARAM) {\n    TRACE_BEGIN(qk);\n    f();\n    TRACE_END(qk, 0, s);\n}\n"
+           "    role(1 TRACE_ARG);\n" + BACKWARD_INCLUDE + "\n")
+    assert without_trace_points(src) == "__device__ void role(int wg) {\n    f();\n}\n    role(1);\n"
+
+
+def _backward_tree(tmp: Path) -> list[lineage.Stage]:
+    """Backward stage 03 and the drafts, assembled as the lineage they will be (the forward's headers,
+    the backward's and the drafts' own, one folder per stage), read as stages."""
+    kernels = tmp / "kernels"
+    shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
+    common = kernels / lineage.BACKWARD_DIR.name / "common"
+    shutil.copytree(lineage.BACKWARD_DIR / "common", common)
+    if (WAITING / "common").is_dir():  # (until the drafts join the lineage)
+        shutil.copytree(WAITING / "common", common, dirs_exist_ok=True)
+    stages = [s for s in lineage.discover(lineage.BACKWARD_DIR) if BACKWARD_INCLUDE in s.kernel_path.read_text()]
+    folders = [s.dir for s in stages] + [WAITING / name for name in DRAFTS if (WAITING / name).is_dir()]
+    for folder in folders:
+        shutil.copytree(folder, common.parent / folder.name)
+    return [lineage.load_stage(common.parent / folder.name) for folder in folders]
+
+
+def _fatbin(stage: lineage.Stage, kernel: Path, traced: bool = False) -> tuple[str, str]:
+    """(the main kernel's ptxas report, the SASS' instructions) of one compile of ``kernel``."""
+    flags = [f for f in build.nvcc_flags(stage, traced) if f not in ("-shared", "-Xcompiler=-fPIC,-fvisibility=hidden")]
+    fatbin = kernel.with_suffix(".traced.fatbin" if traced else ".fatbin")
+    run = subprocess.run([build.nvcc(), *flags, "-fatbin", "-o", str(fatbin), str(kernel)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, f"{stage.name}: {run.stderr[-3000:]}"
+    dump = subprocess.run([_cuobjdump(), "-sass", str(fatbin)], check=True, capture_output=True, text=True).stdout
+    return run.stdout + run.stderr, "\n".join(line for line in dump.splitlines() if "/*" in line)
+
+
+@pytest.mark.slow
+def test_the_backward_stages_compile_to_the_same_sass_with_and_without_trace_points(tmp_path):
+    _nvcc_or_skip()
+    stages = _backward_tree(tmp_path)
+    assert [s.dir.name for s in stages] == ["03_wgmma", *DRAFTS]
+
+    def compare(stage):
+        source = stage.kernel_path.read_text()
+        assert BACKWARD_INCLUDE in source and "TRACE_END(qk, 0, step);" in source, stage.name
+        stripped = stage.dir.parent / f"{stage.dir.name}-without" / "kernel.cu"
+        stripped.parent.mkdir()
+        stripped.write_text(without_trace_points(source))
+        with_points = _fatbin(stage, stage.kernel_path)[1]
+        return stage.name, with_points == _fatbin(stage, stripped)[1], with_points.count("\n")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compare, stages))
+    differ = [name for name, same, _ in results if not same]
+    assert not differ, f"trace points changed the machine code of backward {differ}"
+    assert all(lines > 100 for _, _, lines in results)
+
+
+@pytest.mark.slow
+def test_the_backward_traced_builds_record_without_changing_the_wgmma_pipeline(tmp_path):
+    _nvcc_or_skip()
+    stages = _backward_tree(tmp_path)
+
+    def traced(stage):
+        assert any(f.endswith("trace_recorder_backward.cuh") for f in build.nvcc_flags(stage, traced=True))
+        return stage, *_fatbin(stage, stage.kernel_path, traced=True)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(traced, stages))
+    for stage, ptxas, sass in results:
+        assert "C7517" not in ptxas and "C7519" not in ptxas, f"{stage.name}: ptxas fenced or waited on the wgmmas"
+        main = ptxas[ptxas.index("Compiling entry function '_Z11dkdv_kernel"):]
+        main = main[:main.index("Compiling entry function", 10)] if "Compiling entry function" in main[10:] else main
+        spills = int(re.search(r"(\d+) bytes spill stores", main).group(1))
+        assert spills == TRACED_SPILLS[stage.dir.name], f"{stage.name}: {spills} bytes of spill stores"
+        assert "CS2R" in sass and "STG.E.128" in sass  # the clock reads and the 16-byte rows
 
 
 @pytest.mark.slow

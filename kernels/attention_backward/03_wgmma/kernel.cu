@@ -21,6 +21,7 @@
 #include "../../attention/common/wgmma.cuh"
 #include "../../attention/common/wgmma_rs.cuh"
 #include "../common/abi_backward.h"
+#include "../common/trace_backward.cuh"
 #include "../common/wgmma_transposed_a.cuh"
 
 constexpr int HEAD_DIM = 128;
@@ -204,6 +205,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
     const int offset = p.len_k - p.len_q;  // causal: query i sees keys j <= i + offset
     const bool causal = p.causal != 0;
     const bool with_dq = p.dq_accum && !p.deterministic;
+    TRACE_INIT();
 
     extern __shared__ __align__(1024) unsigned char smem[];
     const uint32_t k_tile = smem_addr(smem);  // [128 keys][128] as two [128][64] boxes, swizzled
@@ -223,7 +225,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
         const int stage = step % Q_STAGES;
         mbarrier_arrive_expect_tx(q_full + 8 * stage, 2 * Q_TILE_BYTES);
         load_tile<BLOCK_M>(q_tiles + stage * Q_TILE_BYTES, &q_map, q0, head, batch, q_full + 8 * stage);
+        TRACE_MARK(load_q, 0, step);
         load_tile<BLOCK_M>(do_tiles + stage * Q_TILE_BYTES, &do_map, q0, head, batch, q_full + 8 * stage);
+        TRACE_MARK(load_do, 0, step);
     };
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
@@ -232,6 +236,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
         mbarrier_arrive_expect_tx(kv_full, 2 * KV_TILE_BYTES);
         load_tile<BLOCK_N>(k_tile, &k_map, key0, kv_head, batch, kv_full);
         load_tile<BLOCK_N>(v_tile, &v_map, key0, kv_head, batch, kv_full);
+        TRACE_MARK(load_kv, 0, -1);
         if (steps > 0) issue_step(0);
     }
     __syncthreads();
@@ -246,7 +251,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
     // Declared once: the GEMMs of every step write the same registers (no copies into place, which
     // would make ptxas wait for the wgmmas in flight).
     float st[ST_REGS], dpt[ST_REGS], dq[DQ_REGS];
+    TRACE_BEGIN(wait_kv);
     mbarrier_wait(kv_full, 0);
+    TRACE_END(wait_kv, 0, -1);
 
     for (int step = 0; step < steps; ++step) {
         const int head = kv_head * group_size + step / blocks, q0 = (first_block + step % blocks) * BLOCK_M;
@@ -257,13 +264,17 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
         const float* dsum_row = p.row_stats + bh * rows + q0;
         const float* lse2_row = p.row_stats + ((int64_t)p.batch * p.heads + bh) * rows + q0;
         const uint32_t q_tile = q_tiles + stage * Q_TILE_BYTES, do_tile = do_tiles + stage * Q_TILE_BYTES;
+        TRACE_BEGIN(wait_qdo);
         mbarrier_wait(q_full + 8 * stage, (step / Q_STAGES) & 1);
+        TRACE_END(wait_qdo, 0, step);
 
         // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: Q and dO are K-major B operands (a row is a query's head dim).
         const uint32_t q_k = desc_lo(q_tile, 16), do_k = desc_lo(do_tile, 16);
+        TRACE_BEGIN(qk);
         wgmma_fence();
         gemm_over_head_dim(st, k_rows, q_k);
         gemm_over_head_dim(dpt, v_rows, do_k);
+        TRACE_END(qk, 0, step);
 
         // The thread's 16 query columns: 8j + 2·quad and + 1, j = 0..7 (loaded while the GEMMs run).
         float2 lse2[ST_REGS / 4], dsum[ST_REGS / 4];
@@ -276,8 +287,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
         const int key_row = key0 + wg * WG_KEYS + warp * 16 + group;  // and key_row + 8
         const bool masked = key0 + BLOCK_N > p.len_k || (causal && key0 + BLOCK_N - 1 > q0 + offset);
 
+        TRACE_BEGIN(wait_qk);
         wgmma_wait<1>();
         wgmma_fence_operands(st);
+        TRACE_END(wait_qk, 0, step);
+        TRACE_BEGIN(softmax);
         #pragma unroll
         for (int i = 0; i < ST_REGS; ++i) {
             const int j = i / 4, key = key_row + (i % 4 / 2) * 8, query = q0 + 8 * j + 2 * quad + i % 2;
@@ -285,8 +299,12 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
             const bool visible = !masked || (key < p.len_k && (!causal || key <= query + offset));
             st[i] = visible ? exp2_approx(fmaf(st[i], scale_log2, -l)) : 0.f;  // Pᵀ
         }
+        TRACE_END(softmax, 0, step);
+        TRACE_BEGIN(wait_dp);
         wgmma_wait<0>();
         wgmma_fence_operands(dpt);
+        TRACE_END(wait_dp, 0, step);
+        TRACE_BEGIN(ds);
         uint32_t p_frag[ST_REGS / 2], ds_frag[ST_REGS / 2];
         #pragma unroll
         for (int i = 0; i < ST_REGS; i += 2) {
@@ -299,6 +317,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
         // dV += Pᵀ dO and dK += dSᵀ Q: dO and Q are MN-major B operands (rows are queries), two boxes wide.
         wgmma_fence_operands(p_frag);
         wgmma_fence_operands(ds_frag);
+        TRACE_END(ds, 0, step);
+        TRACE_BEGIN(dvdk);
         wgmma_fence();
         const uint32_t do_mn = desc_lo(do_tile, Q_TILE_BYTES / 2), q_mn = desc_lo(q_tile, Q_TILE_BYTES / 2);
         #pragma unroll
@@ -310,11 +330,13 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
             wgmma_m64n128k16_bf16_rs<1>(dk, ds_frag[4 * t], ds_frag[4 * t + 1], ds_frag[4 * t + 2], ds_frag[4 * t + 3],
                                         desc_at(q_mn, t * 16 * 128), 1);
         wgmma_commit();
+        TRACE_END(dvdk, 0, step);
 
         if (with_dq) {
             // dSᵀ to shared memory as held: row = key, the 16-byte chunk j of a row holds queries
             // 8j..8j+7, at chunk j ^ (row % 8) (the 128-byte swizzle). A warp's 32 stores of a j hit
             // 32 different banks.
+            TRACE_BEGIN(store_ds);
             #pragma unroll
             for (int j = 0; j < ST_REGS / 4; ++j) {
                 const int row = wg * WG_KEYS + warp * 16 + group;
@@ -323,27 +345,41 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + 8 * 128), "r"(ds_frag[2 * j + 1]) : "memory");
             }
             fence_proxy_async_shared();  // the stores, made by ordinary instructions, before wgmma reads them
+            TRACE_END(store_ds, 0, step);
+            TRACE_BEGIN(wait_ds);
             __syncthreads();             // both warpgroups' halves of dSᵀ are in
+            TRACE_END(wait_ds, 0, step);
 
             // dQ (the step's 64 queries x this warpgroup's 64 head-dim columns) = dS K, over all 128 keys.
+            TRACE_BEGIN(dq);
             wgmma_fence();
             wgmma_m64n64k16_bf16_ss_first<1, 1>(dq, desc_at(ds_a, 0), desc_at(k_box, 0));
             #pragma unroll
             for (int kk = 1; kk < N_STEPS; ++kk)
                 wgmma_m64n64k16_bf16_ss_mn_a<1>(dq, desc_at(ds_a, kk * 16 * 128), desc_at(k_box, kk * 16 * 128), 1);
             wgmma_commit();
+            TRACE_END(dq, 0, step);
+            TRACE_BEGIN(wait_dq);
             wgmma_wait<0>();
             wgmma_fence_operands(dq);
+            TRACE_END(wait_dq, 0, step);
+            TRACE_BEGIN(add_dq);
             add_dq<DQ_REGS / 4>(p.dq_accum + (bh * rows + q0 + warp * 16) * HEAD_DIM + wg * BOX_COLS, dq, lane);
+            TRACE_END(add_dq, 0, step);
         } else {
+            TRACE_BEGIN(wait_dvdk);
             wgmma_wait<0>();
+            TRACE_END(wait_dvdk, 0, step);
         }
         wgmma_fence_operands(dk);
         wgmma_fence_operands(dv);
+        TRACE_BEGIN(wait_step);
         __syncthreads();  // every read of this stage's Q, dO and of dSᵀ is done: they may be overwritten
+        TRACE_END(wait_step, 0, step);
     }
 
     // dK · scale and dV, bf16, for the warp's 16 keys: rows key_row and key_row + 8, columns 8j + 2·quad.
+    TRACE_BEGIN(store_dkdv);
     const int row0 = key0 + wg * WG_KEYS + warp * 16 + group;
     bf16* dK = static_cast<bf16*>(p.dk) + batch * p.dk_stride[0] + kv_head * p.dk_stride[1];
     bf16* dV = static_cast<bf16*>(p.dv) + batch * p.dv_stride[0] + kv_head * p.dv_stride[1];
@@ -359,6 +395,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
             *reinterpret_cast<uint32_t*>(dV + key * p.dv_stride[2] + 8 * j + 2 * quad) = pack_bf16x2(dv[i], dv[i + 1]);
         }
     }
+    TRACE_END(store_dkdv, 0, -1);
 }
 
 // --- 3. deterministic mode: dQ of a query block, the key blocks summed in order ----------------------

@@ -32,6 +32,7 @@
 #include "../../attention/common/wgmma.cuh"
 #include "../../attention/common/wgmma_rs.cuh"
 #include "../common/abi_backward.h"
+#include "../common/trace_backward.cuh"
 #include "../common/bulk_copy.cuh"
 #include "../common/bulk_reduce.cuh"
 #include "../common/wgmma_transposed_a.cuh"
@@ -267,22 +268,27 @@ struct Steps {
 // K and V once; then Q, dO and the row statistics (lse₂, D) of each step into its stage, once the
 // consumers' eight warps have released that stage (from the third step on: both start empty).
 __device__ void load_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int key0, const CUtensorMap* q_map,
-                          const CUtensorMap* k_map, const CUtensorMap* v_map, const CUtensorMap* do_map) {
+                          const CUtensorMap* k_map, const CUtensorMap* v_map, const CUtensorMap* do_map TRACE_PARAM) {
     mbarrier_arrive_expect_tx(s.kv_full, 2 * KV_TILE_BYTES);
     load_tile<BLOCK_N>(s.k, k_map, key0, steps.kv_head, steps.batch, s.kv_full);
     load_tile<BLOCK_N>(s.v, v_map, key0, steps.kv_head, steps.batch, s.kv_full);
+    TRACE_MARK(load_kv, 0, -1);
     for (int step = 0; step < steps.count(); ++step) {
         const int stage = step % Q_STAGES;
+        TRACE_BEGIN(wait_empty);
         if (step >= Q_STAGES) mbarrier_wait(s.q_empty + 8 * stage, (step / Q_STAGES - 1) & 1);
+        TRACE_END(wait_empty, 0, step);
         const uint32_t full = s.q_full + 8 * stage;
         mbarrier_arrive_expect_tx(full, 2 * Q_TILE_BYTES + STATS_BYTES);
         const int head = steps.head(step), q0 = steps.q0(step);
         load_tile<BLOCK_M>(s.q + stage * Q_TILE_BYTES, q_map, q0, head, steps.batch, full);
+        TRACE_MARK(load_q, 0, step);
         load_tile<BLOCK_M>(s.d_o + stage * Q_TILE_BYTES, do_map, q0, head, steps.batch, full);
         const int64_t bh = (int64_t)steps.batch * p.heads + head;
         const uint32_t stats = s.stats + stage * STATS_BYTES;
         bulk_load(stats, p.row_stats + ((int64_t)p.batch * p.heads + bh) * steps.rows + q0, BLOCK_M * 4, full);  // lse₂
         bulk_load(stats + BLOCK_M * 4, p.row_stats + bh * steps.rows + q0, BLOCK_M * 4, full);                   // D
+        TRACE_MARK(load_do, 0, step);
     }
 }
 
@@ -293,26 +299,38 @@ __device__ void load_role(const AttnBwdParams& p, const Smem& s, const Steps& st
 // flight while the next tile fills (cp.async.bulk.wait_group.read compiles to the same wait as the
 // full completion: the tile of step i − 1 is handed back after step i's reduce-add is issued).
 // Deterministic: in key order, each reduce-add complete before the next key block's turn.
-__device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int c) {
+__device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int c TRACE_PARAM) {
     const bool deterministic = p.deterministic != 0;
     for (int step = 0; step < steps.count(); ++step) {
         const int b = step % DQ_BUFFERS;
         const int64_t bh = (int64_t)steps.batch * p.heads + steps.head(step);
         const int q0 = steps.q0(step);
+        TRACE_BEGIN(wait_dq_tile);
         mbarrier_wait(s.dq_bar(s.dq_full, c, b), (step / DQ_BUFFERS) & 1);
+        TRACE_END(wait_dq_tile, 0, step);
         int* turn = dq_turns(p) + (bh * (steps.rows / BLOCK_M) + q0 / BLOCK_M) * CONSUMERS + c;
-        if (deterministic) wait_for_turn(turn, steps.key_block);
+        if (deterministic) {
+            TRACE_BEGIN(wait_turn);
+            wait_for_turn(turn, steps.key_block);
+            TRACE_END(wait_turn, 0, step);
+        }
+        TRACE_BEGIN(add_dq);
         bulk_reduce_add_f32(p.dq_accum + ((bh * steps.rows + q0) * 2 + c * BLOCK_M) * BOX_COLS, s.dq_tile(c, b),
                             DQ_TILE_BYTES);
         bulk_commit_group();
+        TRACE_END(add_dq, 0, step);
         if (deterministic) {  // done, then the next key block's turn, and the tile back
+            TRACE_BEGIN(wait_dq_done);
             bulk_wait_group<0>();
             fence_proxy_async_global();
             red_release_gpu_add(turn, 1);
             mbarrier_arrive(s.dq_bar(s.dq_empty, c, b));
+            TRACE_END(wait_dq_done, 0, step);
         } else if (step > 0) {  // the previous step's operation is done: its tile back
+            TRACE_BEGIN(wait_dq_read);
             bulk_wait_group_read<1>();
             mbarrier_arrive(s.dq_bar(s.dq_empty, c, (step - 1) % DQ_BUFFERS));
+            TRACE_END(wait_dq_read, 0, step - 1);
         }
     }
     bulk_wait_group_read<0>();  // the last tile is read before the CTA may exit
@@ -340,12 +358,15 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 __device__ __forceinline__ void softmax_gradient(float (&st)[ST_REGS], float (&dpt)[ST_REGS],
                                                  uint32_t (&p_frag)[ST_REGS / 2], uint32_t (&ds_frag)[ST_REGS / 2],
                                                  uint32_t stats, const AttnBwdParams& p, int key_row, int q0,
-                                                 bool masked, int quad) {
+                                                 bool masked, int quad, int step TRACE_PARAM) {
     const float scale_log2 = p.scale * LOG2E;
     const int offset = p.len_k - p.len_q;  // causal: query i sees keys j <= i + offset
     const bool causal = p.causal != 0;
+    TRACE_BEGIN(wait_qk);
     wgmma_wait<1>();
     wgmma_fence_operands(st);
+    TRACE_END(wait_qk, 0, step);
+    TRACE_BEGIN(softmax);
     #pragma unroll
     for (int i = 0; i < ST_REGS; ++i) {
         const int j = i / 4, key = key_row + (i % 4 / 2) * 8, query = q0 + 8 * j + 2 * quad + i % 2;
@@ -354,8 +375,12 @@ __device__ __forceinline__ void softmax_gradient(float (&st)[ST_REGS], float (&d
         const bool visible = !masked || (key < p.len_k && (!causal || key <= query + offset));
         st[i] = visible ? exp2_approx(fmaf(st[i], scale_log2, -l)) : 0.f;  // Pᵀ
     }
+    TRACE_END(softmax, 0, step);
+    TRACE_BEGIN(wait_dp);
     wgmma_wait<0>();
     wgmma_fence_operands(dpt);
+    TRACE_END(wait_dp, 0, step);
+    TRACE_BEGIN(ds);
     #pragma unroll
     for (int i = 0; i < ST_REGS; i += 2) {
         const float2 d = ld_shared_f32x2(stats + BLOCK_M * 4 + 32 * (i / 4));
@@ -380,7 +405,7 @@ __device__ __forceinline__ void store_ds(uint32_t ds_tile, const uint32_t (&ds_f
 
 // Consumer warpgroup wg (keys wg·64.. of the CTA's 128): every step's five products; dK and dV stay
 // in registers to the end, dQ's share goes to the dQ warp through a tile.
-__device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int key0, int wg) {
+__device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int key0, int wg TRACE_PARAM) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, group = lane / 4, quad = lane % 4;
     const bool causal = p.causal != 0;
     const int offset = p.len_k - p.len_q;
@@ -395,25 +420,33 @@ __device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps
     // would make ptxas wait for the wgmmas in flight).
     float st[ST_REGS], dpt[ST_REGS], dq[DQ_REGS];
     const int key_row = key0 + wg * WG_KEYS + warp * 16 + group;  // and key_row + 8
+    TRACE_BEGIN(wait_kv);
     mbarrier_wait(s.kv_full, 0);
+    TRACE_END(wait_kv, 0, -1);
 
     for (int step = 0; step < steps.count(); ++step) {
         const int q0 = steps.q0(step), stage = step % Q_STAGES, b = step % DQ_BUFFERS;
         const uint32_t stats = s.stats + stage * STATS_BYTES;
         const uint32_t q_tile = s.q + stage * Q_TILE_BYTES, do_tile = s.d_o + stage * Q_TILE_BYTES;
+        TRACE_BEGIN(wait_qdo);
         mbarrier_wait(s.q_full + 8 * stage, (step / Q_STAGES) & 1);
+        TRACE_END(wait_qdo, 0, step);
 
         // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: Q and dO are K-major B operands (a row is a query's head dim).
+        TRACE_BEGIN(qk);
         wgmma_fence();
         gemm_over_head_dim(st, k_rows, desc_lo(q_tile, 16));
         gemm_over_head_dim(dpt, v_rows, desc_lo(do_tile, 16));
+        TRACE_END(qk, 0, step);
         const bool masked = key0 + BLOCK_N > p.len_k || (causal && key0 + BLOCK_N - 1 > q0 + offset);
         uint32_t p_frag[ST_REGS / 2], ds_frag[ST_REGS / 2];
-        softmax_gradient(st, dpt, p_frag, ds_frag, stats + 8 * quad, p, key_row, q0, masked, quad);
+        softmax_gradient(st, dpt, p_frag, ds_frag, stats + 8 * quad, p, key_row, q0, masked, quad, step TRACE_ARG);
 
         // dV += Pᵀ dO and dK += dSᵀ Q: dO and Q are MN-major B operands (rows are queries), two boxes wide.
         wgmma_fence_operands(p_frag);
         wgmma_fence_operands(ds_frag);
+        TRACE_END(ds, 0, step);
+        TRACE_BEGIN(dvdk);
         wgmma_fence();
         const uint32_t do_mn = desc_lo(do_tile, Q_TILE_BYTES / 2), q_mn = desc_lo(q_tile, Q_TILE_BYTES / 2);
         #pragma unroll
@@ -425,30 +458,44 @@ __device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps
             wgmma_m64n128k16_bf16_rs<1>(dk, ds_frag[4 * k], ds_frag[4 * k + 1], ds_frag[4 * k + 2], ds_frag[4 * k + 3],
                                         desc_at(q_mn, k * 16 * 128), 1);
         wgmma_commit();
+        TRACE_END(dvdk, 0, step);
 
         // dSᵀ: both warpgroups' previous dQ products (which read all of it) are done before it is
         // overwritten, and both halves are in before this step's dQ.
+        TRACE_BEGIN(wait_ds_free);
         named_barrier_sync<CONSUMER_THREADS>(DS_FREE_BAR);
+        TRACE_END(wait_ds_free, 0, step);
+        TRACE_BEGIN(store_ds);
         store_ds(s.ds, ds_frag, wg, warp, group, quad);
         fence_proxy_async_shared();  // the stores, made by ordinary instructions, before wgmma reads them
+        TRACE_END(store_ds, 0, step);
+        TRACE_BEGIN(wait_ds);
         named_barrier_sync<CONSUMER_THREADS>(DS_FULL_BAR);
+        TRACE_END(wait_ds, 0, step);
 
         // dQ (the step's 64 queries x this warpgroup's 64 head-dim columns) = dS K, over all 128 keys.
+        TRACE_BEGIN(dq);
         wgmma_fence();
         wgmma_m64n64k16_bf16_ss_first<1, 1>(dq, desc_at(ds_a, 0), desc_at(k_box, 0));
         #pragma unroll
         for (int kk = 1; kk < N_STEPS; ++kk)
             wgmma_m64n64k16_bf16_ss_mn_a<1>(dq, desc_at(ds_a, kk * 16 * 128), desc_at(k_box, kk * 16 * 128), 1);
         wgmma_commit();
+        TRACE_END(dq, 0, step);
+        TRACE_BEGIN(wait_dq);
         wgmma_wait<0>();
         wgmma_fence_operands(dq);
         wgmma_fence_operands(dk);
         wgmma_fence_operands(dv);
+        TRACE_END(wait_dq, 0, step);
         if (lane == 0) mbarrier_arrive(s.q_empty + 8 * stage);  // this warp's products that read Q and dO have retired
 
         // The share into tile b once the dQ warp has handed it back (from the third step on), then
         // to the dQ warp: every thread's stores, fenced for the copy engine, then its arrival.
+        TRACE_BEGIN(wait_dq_read);
         if (step >= DQ_BUFFERS) mbarrier_wait(s.dq_bar(s.dq_empty, wg, b), (step / DQ_BUFFERS - 1) & 1);
+        TRACE_END(wait_dq_read, 0, step);
+        TRACE_BEGIN(store_dq);
         const uint32_t tile = s.dq_tile(wg, b);
         #pragma unroll
         for (int j = 0; j < DQ_REGS / 4; ++j)
@@ -457,9 +504,11 @@ __device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps
                          : "memory");
         fence_proxy_async_shared();
         mbarrier_arrive(s.dq_bar(s.dq_full, wg, b));
+        TRACE_END(store_dq, 0, step);
     }
 
     // dK · scale and dV, bf16, for the warp's 16 keys: rows key_row and key_row + 8, columns 8j + 2·quad.
+    TRACE_BEGIN(store_dkdv);
     bf16* dK = static_cast<bf16*>(p.dk) + steps.batch * p.dk_stride[0] + steps.kv_head * p.dk_stride[1];
     bf16* dV = static_cast<bf16*>(p.dv) + steps.batch * p.dv_stride[0] + steps.kv_head * p.dv_stride[1];
     #pragma unroll
@@ -474,6 +523,7 @@ __device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps
             *reinterpret_cast<uint32_t*>(dV + key * p.dv_stride[2] + 8 * j + 2 * quad) = pack_bf16x2(dv[i], dv[i + 1]);
         }
     }
+    TRACE_END(store_dkdv, 0, -1);
 }
 
 // --- the kernel: a CTA per 128 keys of a K/V head, its roles --------------------------------------
@@ -483,6 +533,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
                                                               const __grid_constant__ CUtensorMap k_map,
                                                               const __grid_constant__ CUtensorMap v_map,
                                                               const __grid_constant__ CUtensorMap do_map) {
+    TRACE_INIT();
     extern __shared__ __align__(1024) unsigned char smem[];
     const Smem s = smem_layout(smem_addr(smem));
     if (threadIdx.x == 0) {
@@ -517,11 +568,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
         const int warp = threadIdx.x / 32;
-        if (warp == 0 && threadIdx.x % 32 == 0) load_role(p, s, steps, key0, &q_map, &k_map, &v_map, &do_map);
-        if (warp >= 1 && warp <= CONSUMERS && threadIdx.x % 32 == 0) dq_role(p, s, steps, warp - 1);
+        if (warp == 0 && threadIdx.x % 32 == 0) load_role(p, s, steps, key0, &q_map, &k_map, &v_map, &do_map TRACE_ARG);
+        if (warp >= 1 && warp <= CONSUMERS && threadIdx.x % 32 == 0) dq_role(p, s, steps, warp - 1 TRACE_ARG);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer_role(p, s, steps, key0, wg - 1);
+        consumer_role(p, s, steps, key0, wg - 1 TRACE_ARG);
     }
 }
 
