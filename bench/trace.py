@@ -2,6 +2,7 @@
 
     python -m bench.trace                    # every stage: 8k non-causal, and causal from stage 17 on
     python -m bench.trace --stages 19-20     # some stages
+    python -m bench.trace --lineage backward [--stages 3]   # the backward's (bench/trace_backward.py)
 
 Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): the warps of the CTAs
 that run on one SM record the SM clock at the end of their events (a K/V step's events as boundary
@@ -178,11 +179,41 @@ def _pct_range(times: list[float], plain: list[float]) -> tuple[float, float]:
     return min(pcts), max(pcts)
 
 
-def main(argv=None) -> int:
+LINEAGES = {"attention": "the forward (kernels/attention)", "backward": "the backward (kernels/attention_backward)"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.trace", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stages", default="all", help="stage numbers and ranges (1,5-6) or 'all'")
-    parser.add_argument("--out", default=None, help="folder for the records (default bench/results/traces/<gpu>)")
+    parser.add_argument("--lineage", choices=sorted(LINEAGES), default="attention",
+                        help="whose stages: " + "; ".join(f"{k}, {v}" for k, v in LINEAGES.items()))
+    parser.add_argument("--stages", default="all", help="stage numbers and ranges (1,5-6) or 'all' (the backward's: "
+                                                        "those with trace points)")
+    parser.add_argument("--out", default=None, help="folder for the records (default bench/results/traces/<gpu>, "
+                                                    "the backward's bench/results/traces/<gpu>/backward)")
     args = parser.parse_args(argv)
+    try:
+        args.plan = plan(args)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def plan(args) -> list[tuple[lineage.Stage, bool]]:
+    """(stage, causal) in the order they are recorded: each chosen stage non-causal, then causal
+    where it has a causal path."""
+    if args.lineage == "backward":
+        from . import trace_backward
+
+        chosen = trace_backward.select(lineage.discover(lineage.BACKWARD_DIR), args.stages)
+    else:
+        stages = lineage.discover()
+        wanted = shapes.parse_stages(args.stages, [s.number for s in stages])
+        chosen = [s for s in stages if s.number in wanted]
+    return [(s, causal) for s in chosen for causal in ((False, True) if s.causal else (False,))]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     command = " ".join(["python -m bench.trace", *(argv or sys.argv[1:])])
     print(runs.log_header(command), flush=True)  # first: a log kept under bench/logs says what made it
     import torch
@@ -190,22 +221,23 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("python -m bench.trace needs a CUDA GPU", file=sys.stderr)
         return 2
-    stages = lineage.discover()
-    wanted = shapes.parse_stages(args.stages, [s.number for s in stages])
+    backward = args.lineage == "backward"
+    if backward:
+        from . import trace_backward
     environment = env.collect(torch, env.read_clocks(), env.read_clocks())
     run = runs.new_run(command, environment)
-    folder = traces.folder(environment["gpu_name"]) if args.out is None else args.out
+    folder = traces.folder(environment["gpu_name"], backward) if args.out is None else args.out
     start = time.perf_counter()
-    for stage in (s for s in stages if s.number in wanted):
-        for causal in (False, True) if stage.causal else (False,):
-            record = trace_stage(torch, stage, causal)
-            path = traces.write(folder, run, record)
-            o = record["overhead"]
-            print(f"[{time.perf_counter() - start:6.1f}s] stage {stage.id} {'causal' if causal else 'non-causal'}: "
-                  f"{len(record['events'])} events in the window, {record['per_step_ns']:.0f} ns per K/V step, "
-                  f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %), "
-                  f"recording nothing {o['idle_pct']:+.1f} %, step {o.get('step_pct', float('nan')):+.1f} % against "
-                  f"one record a step -> {runs.shown_path(path)}", flush=True)
+    for stage, causal in args.plan:
+        record = (trace_backward.trace_stage if backward else trace_stage)(torch, stage, causal)
+        path = traces.write(folder, run, record)
+        o = record["overhead"]
+        print(f"[{time.perf_counter() - start:6.1f}s] {'backward ' if backward else ''}stage {stage.id} "
+              f"{'causal' if causal else 'non-causal'}: {len(record['events'])} events in the window, "
+              f"{record['per_step_ns']:.0f} ns per {'query block' if backward else 'K/V step'}, "
+              f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %), "
+              f"recording nothing {o['idle_pct']:+.1f} %, step {o.get('step_pct', float('nan')):+.1f} % against "
+              f"one record a step -> {runs.shown_path(path)}", flush=True)
     return 0
 
 

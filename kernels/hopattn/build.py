@@ -74,10 +74,41 @@ TRACE_FLAG = "-DHOPATTN_TRACE"  # the trace points of common/trace.cuh record (p
 # sources (and hash); the traced library's cache key and the trace records carry its own hash.
 # $HOPATTN_TRACE_RECORDER may name another (lineage.trace_recorder), for an experiment.
 TRACE_RECORDER = lineage.TRACE_RECORDER
+# The backward's (Act V): its own events on top of the forward's recorder, which it includes and
+# leaves as it is (so no forward trace record goes stale). Read from the stage's own lineage folder,
+# so that a lineage assembled elsewhere (the drafts' tests) records with its own copy.
+BACKWARD_TRACE_RECORDER = lineage.BACKWARD_DIR / "common" / "trace_recorder_backward.cuh"
+
+
+def trace_recorder_of(stage: lineage.Stage) -> Path:
+    """The recorder the stage's traced build force-includes: the forward's (lineage.trace_recorder:
+    common/trace_recorder.cuh, or the experiment $HOPATTN_TRACE_RECORDER names), or for a backward
+    stage its lineage's common/trace_recorder_backward.cuh."""
+    if stage.backward:
+        return stage.dir.parent / "common" / BACKWARD_TRACE_RECORDER.name
+    return lineage.trace_recorder()
+
+
+def trace_recorder_files(stage: lineage.Stage) -> list[Path]:
+    """The recorder of the stage's traced build and the files it builds on: what a trace record's
+    recorder hash and the traced library's cache key are of."""
+    if not stage.backward:
+        chosen = lineage.trace_recorder()
+        return [chosen] if chosen == lineage.TRACE_RECORDER else [chosen, lineage.TRACE_RECORDER]
+    return [trace_recorder_of(stage), stage.dir.parent.parent / lineage.ATTENTION_DIR.name / "common" /
+            lineage.TRACE_RECORDER.name]
+
+
+def trace_recorder_bytes_hash(stage: lineage.Stage) -> str:
+    """The bytes of trace_recorder_files: the traced library's cache key (the forward's is
+    lineage.trace_recorder_bytes_hash, unchanged)."""
+    if not stage.backward:
+        return lineage.trace_recorder_bytes_hash()
+    return hashlib.sha256(b"\0".join(p.read_bytes() for p in trace_recorder_files(stage))).hexdigest()[:16]
 
 
 def nvcc_flags(stage: lineage.Stage, traced: bool = False) -> list[str]:
-    recorder = lineage.trace_recorder()
+    recorder = trace_recorder_of(stage) if traced else None
     return COMMON_FLAGS + GENCODE[stage.arch] + ([TRACE_FLAG, "-include", str(recorder)] if traced else [])
 
 
@@ -91,7 +122,7 @@ def library_path(stage: lineage.Stage, traced: bool = False) -> Path:
     # facts show. A comment edit then recompiles (nvcc only, no GPU), and a cached library never
     # describes lines that have since moved; the records stay current all the same.
     key = _key(stage.source_bytes_hash(), " ".join(nvcc_flags(stage, traced)), nvcc_version(),
-               lineage.trace_recorder_bytes_hash() if traced else "")
+               trace_recorder_bytes_hash(stage) if traced else "")
     lineage_prefix = "" if stage.lineage == lineage.ATTENTION_DIR.name else f"{stage.lineage}-"
     return build_dir() / f"{lineage_prefix}stage{stage.id}-{stage.slug}{'-traced' if traced else ''}-{key}.so"
 

@@ -131,6 +131,8 @@ public:
         if (!launch_ || !workspace_ || !describe_)
             throw std::runtime_error(path + " does not export hopattn_backward_launch, hopattn_backward_workspace and "
                                             "hopattn_describe");
+        trace_setup_ = reinterpret_cast<TraceSetupFn>(dlsym(handle_, "hopattn_trace_setup"));
+        trace_capacity_ = reinterpret_cast<TraceCapacityFn>(dlsym(handle_, "hopattn_trace_capacity"));
     }
     BackwardLibrary(const BackwardLibrary&) = delete;
     BackwardLibrary& operator=(const BackwardLibrary&) = delete;
@@ -205,6 +207,21 @@ public:
         return d;
     }
 
+    // Traced builds (the backward's recorder, common/trace_recorder_backward.cuh): as StageLibrary's.
+    bool traced() const { return trace_setup_ != nullptr; }
+    void trace_setup(uintptr_t events, uintptr_t base, uintptr_t info, uintptr_t slots, int max_ctas, int warps,
+                     int target_sm) const {
+        if (!trace_setup_) throw std::runtime_error(path_ + " was not built with -DHOPATTN_TRACE");
+        char err[512] = {0};
+        if (trace_setup_(reinterpret_cast<void*>(events), reinterpret_cast<void*>(base), reinterpret_cast<void*>(info),
+                         reinterpret_cast<void*>(slots), max_ctas, warps, target_sm, err, sizeof(err)) != 0)
+            throw std::runtime_error(err);
+    }
+    int trace_capacity() const {
+        if (!trace_capacity_) throw std::runtime_error(path_ + " was not built with -DHOPATTN_TRACE");
+        return trace_capacity_();
+    }
+
     const std::string& path() const { return path_; }
 
 private:
@@ -213,6 +230,8 @@ private:
     BackwardLaunchFn launch_ = nullptr;
     BackwardWorkspaceFn workspace_ = nullptr;
     DescribeFn describe_ = nullptr;
+    TraceSetupFn trace_setup_ = nullptr;
+    TraceCapacityFn trace_capacity_ = nullptr;
 };
 
 }  // namespace
@@ -242,5 +261,9 @@ PYBIND11_MODULE(_native, m) {
              py::arg("kv_heads"), py::arg("len_q"), py::arg("len_k"), py::arg("head_dim"), py::arg("scale"),
              py::arg("causal"), py::arg("deterministic"), py::arg("num_sms"), py::arg("stream"))
         .def("describe", &BackwardLibrary::describe)
+        .def_property_readonly("traced", &BackwardLibrary::traced)
+        .def("trace_setup", &BackwardLibrary::trace_setup, py::arg("events"), py::arg("base"), py::arg("info"),
+             py::arg("slots"), py::arg("max_ctas"), py::arg("warps"), py::arg("target_sm"))
+        .def("trace_capacity", &BackwardLibrary::trace_capacity)
         .def_property_readonly("path", &BackwardLibrary::path);
 }

@@ -1,6 +1,11 @@
 """The trace records (bench/results/traces/<gpu-slug>/<NN>[-causal].json): what every warp of the
 CTAs on one SM did, and when, in one launch of a stage built with its trace points on
 (common/trace.cuh, recorded by common/trace_recorder.cuh; the producer is `python -m bench.trace`).
+The backward's (Act V) sit in a folder of their own, bench/results/traces/<gpu-slug>/backward/
+<NN>[-causal].json: its stages number like the forward's (both have an 03), and the forward's
+readers, which take every *.json of the GPU's folder, see nothing new. A backward record says so
+("lineage"), names its events from BACKWARD_EVENTS (kernels/attention_backward/common/
+trace_recorder_backward.cuh) and carries that recorder's hash; a forward record reads as before.
 
 A record holds the run's provenance (date, commit, dirty flag, environment), the stage's source
 hash and the recorder's (a record older than either is stale, as numbers are), the shape and mask, the
@@ -29,16 +34,40 @@ EVENTS = ("load_q", "load_k", "load_v", "load_kv", "wait_q", "wait_k", "wait_v",
 STEP_EVENTS = ("qk", "load_kv", "wait_kv", "load_k")
 WINDOW_STEPS = (5, 6)  # K/V steps before and after the tile boundary the window is centred on
 EVENT_FIELDS = ("slot", "warp", "event", "tile", "kv", "start_ns", "end_ns")
+# The backward's events: trace_bwd::TraceBackwardEvent in kernels/attention_backward/common/
+# trace_recorder_backward.cuh, from BACKWARD_FIRST on (tests check they agree). Where a forward name
+# says the same thing it is the same name (qk: Sᵀ = K Qᵀ, issued with dPᵀ = V dOᵀ; softmax: Pᵀ).
+BACKWARD_FIRST = 32
+BACKWARD_EVENTS = ("load_q", "load_do", "load_kv", "wait_kv", "wait_empty", "wait_qdo", "qk", "wait_qk", "softmax",
+                   "wait_dp", "ds", "dvdk", "wait_ds_free", "store_ds", "wait_ds", "dq", "wait_dq", "wait_dvdk",
+                   "wait_dq_read", "store_dq", "wait_turn", "add_dq", "wait_dq_done", "wait_step", "wait_dq_tile",
+                   "store_dkdv")
+BACKWARD = "attention_backward"  # a backward record's "lineage" (a forward record has none)
 
 
 class TraceError(ValueError):
     """A trace record is invalid; the message names the file and the field."""
 
 
-def folder(gpu_name: str) -> Path:
+def folder(gpu_name: str, backward: bool = False) -> Path:
+    """Where a GPU's trace records go: its folder, or for the backward's its backward/ folder."""
     from .results import gpu_slug
 
-    return RESULTS_DIR / gpu_slug(gpu_name)
+    return RESULTS_DIR / gpu_slug(gpu_name) / ("backward" if backward else "")
+
+
+def backward_folder(gpu_folder) -> Path:
+    """The backward's records of the GPU whose forward records are in ``gpu_folder``."""
+    return Path(gpu_folder) / "backward"
+
+
+def is_backward(record: dict) -> bool:
+    return record.get("lineage") == BACKWARD
+
+
+def events_of(record: dict) -> tuple[str, ...]:
+    """The event names a record may hold: the forward's or the backward's."""
+    return BACKWARD_EVENTS if is_backward(record) else EVENTS
 
 
 def record_name(stage_id: str, causal: bool) -> str:
@@ -71,8 +100,17 @@ def _label(bits: int) -> int:
     return -1 if bits == 0xFFF else bits
 
 
+def _name(event: int) -> str:
+    """A record's event byte: the forward's TraceEvent from 1, the backward's from BACKWARD_FIRST."""
+    if event >= BACKWARD_FIRST:
+        return BACKWARD_EVENTS[event - BACKWARD_FIRST]
+    return EVENTS[event - 1]
+
+
 def _warp_events(rows, base: int, origin: int) -> list[list]:
-    """One warp's records as [event, tile, kv, start, end] in cycles from origin, in order of end."""
+    """One warp's records as [event, tile, kv, start, end] in cycles from origin, in order of end.
+    A backward row whose start word is 0 is a boundary stamp, as a step record's stamps are (the
+    backward's recorder stores each stamp in a row of its own)."""
     words = [tuple(int(x) & 0xFFFFFFFF for x in row) for row in rows]
     out = []
     k = 0
@@ -87,7 +125,9 @@ def _warp_events(rows, base: int, origin: int) -> list[list]:
                     out.append([name, tile, kv, None, _unwrap(stamp, base) - origin])
             k += 3
             continue
-        out.append([EVENTS[(word0 & 0xFF) - 1], tile, kv, _unwrap(a, base) - origin, _unwrap(b, base) - origin])
+        event = word0 & 0xFF
+        stamp = event >= BACKWARD_FIRST and a == 0
+        out.append([_name(event), tile, kv, None if stamp else _unwrap(a, base) - origin, _unwrap(b, base) - origin])
         k += 1
     out.sort(key=lambda e: e[4])
     previous_end = None
@@ -161,12 +201,26 @@ def event_stats(events: list[list]) -> dict:
 
 
 def roles(stage: lineage.Stage) -> list[str]:
-    """The role of each warp of the CTA, from stage.toml."""
+    """The role of each warp of the CTA, from stage.toml. A backward role of several warpgroups
+    (stage 03's eight compute warps) is one role per warpgroup (compute0, compute1), as the forward's
+    stage.toml names its consumers: each warpgroup owns keys of its own and issues its own GEMMs."""
     names = [""] * (stage.threads // 32)
     for role in stage.roles:
+        groups = sorted({w // 4 for w in role.warps})
+        split = getattr(stage, "backward", False) and len(groups) > 1
         for w in role.warps:
-            names[w] = role.name
+            names[w] = f"{role.name}{groups.index(w // 4)}" if split else role.name
     return names
+
+
+def recorder_hash(stage) -> str:
+    """The hash of the recorder the stage's traced build uses (tokens, as a stage's): the forward's,
+    or for a backward stage the backward's with the forward's it builds on."""
+    if not getattr(stage, "backward", False):
+        return lineage.trace_recorder_hash()
+    from .. import build, source_identity
+
+    return source_identity.digest([(p.name, source_identity.read(p)) for p in build.trace_recorder_files(stage)])
 
 
 def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases, infos, clock_mhz: float, *,
@@ -188,7 +242,8 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
     return {
         "schema_version": SCHEMA_VERSION,
         "stage": stage.id, "name": stage.name, "source_hash": stage.source_hash(),
-        "recorder_hash": lineage.trace_recorder_hash(),
+        "recorder_hash": recorder_hash(stage),
+        **({"lineage": BACKWARD} if getattr(stage, "backward", False) else {}),
         "shape": dict(shape), "causal": causal,
         "clock_mhz": round(clock_mhz, 1),
         **({"clock_from": clock_from} if clock_from else {}),
@@ -217,7 +272,7 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
 def write(folder_path, run: dict, record: dict) -> Path:
     data = dict(record, run=run)
     validate(data, "<new trace>")
-    path = Path(folder_path) / record_name(record["stage"], record["causal"])
+    path = Path(folder_path) / record_name(record["stage"], record["causal"])  # (the backward's: its folder's)
     files.write_atomic(path, files.dumps(data))
     return path
 
@@ -238,6 +293,9 @@ def validate(data, where: str = "<trace>") -> dict:
         c.get(data, "recorder_hash", "recorder_hash", "16 hex digits (common/trace_recorder.cuh)",
               lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v))
     c.get(data, "causal", "causal", "true or false", lambda v: isinstance(v, bool))
+    if "lineage" in data:  # the backward's records say so; a forward record has no such field
+        c.get(data, "lineage", "lineage", f"'{BACKWARD}'", lambda v: v == BACKWARD)
+    names = events_of(data)
     c.get(data, "clock_mhz", "clock_mhz", "a positive number", pos_num)
     shape = c.get(data, "shape", "shape", "an object of batch, heads, len_q, len_k, head_dim",
                   lambda v: isinstance(v, dict))
@@ -251,7 +309,7 @@ def validate(data, where: str = "<trace>") -> dict:
     events = c.get(data, "events", "events", "a non-empty list", lambda v: isinstance(v, list) and v)
     for i, e in enumerate(events):
         ok = (isinstance(e, list) and len(e) == len(EVENT_FIELDS) and all(is_int(x) for x in e[:2]) and
-              e[2] in EVENTS and is_int(e[3]) and is_int(e[4]) and is_num(e[5]) and is_num(e[6]) and e[6] >= e[5] and
+              e[2] in names and is_int(e[3]) and is_int(e[4]) and is_num(e[5]) and is_num(e[6]) and e[6] >= e[5] and
               0 <= e[1] < len(role_names))
         if not ok:
             raise c.fail(f"events[{i}]", f"[{', '.join(EVENT_FIELDS)}] with a known event and end >= start", e)
@@ -290,11 +348,17 @@ def load(path) -> dict:
     return validate(files.read_json(path, TraceError), str(path))
 
 
-def load_all(gpu_folder) -> dict[tuple[str, bool], dict]:
-    """{(stage id, causal): record} for every trace record of one GPU."""
+def load_all(gpu_folder, backward: bool = False) -> dict[tuple[str, bool], dict]:
+    """{(stage id, causal): record} for every trace record of one GPU (``backward``: of its backward
+    stages, from the backward/ folder in it; none when there is no such folder). A record in the
+    wrong folder fails, naming its file."""
     out = {}
-    for path in sorted(Path(gpu_folder).glob("*.json")):
+    where = backward_folder(gpu_folder) if backward else Path(gpu_folder)
+    for path in sorted(where.glob("*.json")):
         data = load(path)
+        if is_backward(data) != backward:
+            raise TraceError(f"{path}: a {'forward' if backward else 'backward'} stage's trace in the "
+                             f"{'backward' if backward else 'forward'} stages' folder")
         out[(data["stage"], data["causal"])] = data
     return out
 
@@ -302,4 +366,4 @@ def load_all(gpu_folder) -> dict[tuple[str, bool], dict]:
 def is_stale(record: dict, stage: lineage.Stage) -> bool:
     """Older than its stage's sources, or recorded by another recorder (common/trace_recorder.cuh)."""
     return (record["source_hash"] != stage.source_hash()
-            or record.get("recorder_hash") != lineage.trace_recorder_hash())
+            or record.get("recorder_hash") != recorder_hash(stage))
