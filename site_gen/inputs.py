@@ -1,12 +1,13 @@
 """Everything the site is made from, read and validated before anything is rendered: the lineages
 (kernels/attention, the backward's kernels/attention_backward and Part II's kernels/rmsnorm where
 they exist), the benchmark results (bench/results, and Part II's bench/results/rmsnorm), the per-warp
-trace records (bench/results/traces/<gpu>/) and the compiler facts (kernels/compiler_facts). Bad
+trace records (bench/results/traces/<gpu>/, the backward's in its backward/ folder) and the compiler
+facts (kernels/compiler_facts). Bad
 input fails here, naming the file and the field, and the previous site stays as it was.
 
 The backward's stages are kept apart from the forward's (``backward``, ``backward_hashes``,
 ``backward_facts``): the two lineages number their stages alike (both have a 01-baseline), so
-nothing keyed by a stage's id or name mixes them; so are Part II's (``rmsnorm``, typed by
+nothing keyed by a stage's id or name mixes them (nor do their traces, ``backward_traces``); so are Part II's (``rmsnorm``, typed by
 hopattn.rowwise, with its own hashes, facts and results).
 """
 
@@ -35,6 +36,7 @@ class Inputs:
     rmsnorm_hashes: dict[str, str] = field(default_factory=dict)  # RMSNorm stage id -> its source hash now
     rmsnorm_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
     rmsnorm_results: list[rowwise_results.RowResults] = field(default_factory=list)  # bench/results/rmsnorm
+    backward_traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # as traces, the backward's
 
     @property
     def trace_gpu(self) -> str | None:
@@ -44,8 +46,10 @@ class Inputs:
         return next(iter(sorted(self.traces)), None)
 
     def trace(self, stage: lineage.Stage, causal: bool) -> dict | None:
-        """The stage's trace record on the trace GPU (None: not recorded)."""
-        return self.traces.get(self.trace_gpu, {}).get((stage.id, causal))
+        """The stage's trace record on the trace GPU (None: not recorded); a backward stage's from the
+        backward's records."""
+        found = self.backward_traces if getattr(stage, "backward", False) else self.traces
+        return found.get(self.trace_gpu, {}).get((stage.id, causal))
 
     def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
         if isinstance(stage, rowwise.RowStage):
@@ -68,11 +72,13 @@ def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
     return facts, problem
 
 
-def _traces(folder: Path) -> dict[str, dict[tuple[str, bool], dict]]:
-    """Every GPU's trace records (a bad record fails the build, naming the file and the field)."""
+def _traces(folder: Path, backward: bool = False) -> dict[str, dict[tuple[str, bool], dict]]:
+    """Every GPU's trace records (a bad record fails the build, naming the file and the field);
+    ``backward``: its backward stages', where it has any."""
     if not folder.is_dir():
         return {}
-    return {gpu.name: traces.load_all(gpu) for gpu in sorted(folder.iterdir()) if gpu.is_dir()}
+    return {gpu.name: traces.load_all(gpu, backward) for gpu in sorted(folder.iterdir()) if gpu.is_dir()
+            if not backward or traces.backward_folder(gpu).is_dir()}
 
 
 def load(root: Path) -> Inputs:
@@ -86,6 +92,7 @@ def load(root: Path) -> Inputs:
                   results=results.load_indexed(root / "bench" / "results"),
                   facts={s.name: _facts(s) for s in stages},
                   traces=_traces(root / "bench" / "results" / "traces"),
+                  backward_traces=_traces(root / "bench" / "results" / "traces", backward=True),
                   backward=backward, backward_hashes={s.id: s.source_hash() for s in backward},
                   backward_facts={s.name: _facts(s) for s in backward},
                   rmsnorm=rmsnorm, rmsnorm_hashes={s.id: s.source_hash() for s in rmsnorm},

@@ -159,7 +159,7 @@ def _render_backward(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
             mine = _backward_diagrams(s, stages, specs, cache)
             drawn[s.number] = (s, mine)
             lead = backward.lead_for(s, mine)
-            parts = backward.diagram_parts(s, mine, drawn, lead, site)
+            parts = backward.diagram_parts(s, mine, drawn, lead, site, inp=inp, cache=cache, prev=prev)
             lead_md = backward.lead_figure(mine, lead, site)
         with naming(f"the diff of backward stage {s.name}", s.kernel_path, root):
             diff_md = site.add_fragment(f"diff-backward-{s.name}", diff.diff_section(s, prev, cache),

@@ -117,8 +117,9 @@ def timeline_diagram(stage, stages) -> Diagram:
 def model_window_diagram(stage, win: Window, span_s: float, did: str) -> Diagram:
     """The model's prediction for a measured window, drawn over ``span_s`` seconds of axis (the
     measured window's length, or the model's when that is longer)."""
-    title = f"Stage {stage.id} predicted timeline (schedule model)"
-    heading = f"{stage.id} · {stage.title}: the model's prediction for the same {win.steps} K/V steps, same time scale"
+    title = f"{'Backward stage' if stage.backward else 'Stage'} {stage.id} predicted timeline (schedule model)"
+    steps = loop_words(stage)["iterations"] if stage.backward else "K/V steps"
+    heading = f"{stage.id} · {stage.title}: the model's prediction for the same {win.steps} {steps}, same time scale"
     return _draw(stage, win, did, title, heading, max(span_s, win.end - win.start))
 
 
@@ -156,7 +157,7 @@ def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -
     if win.boundary is not None:
         x = xof(win.boundary)
         c.line(x, top - 6, x, top + lanes_h - LANE_GAP + 4, stroke="fg", sw=1.5, dash="5 3")
-        label = "output tile 2 starts"
+        label = f"{loop_words(stage)['tile']} 2 starts"
         right = x + text_width(label, 12.5) + 6 > X1
         c.text(x - 4 if right else x + 4, top - 8, label, size=13, weight="600", anchor="end" if right else "start")
 

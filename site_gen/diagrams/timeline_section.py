@@ -2,6 +2,9 @@
 records, non-causal and, where recorded, causal, in tabs), the schedule model's prediction for the
 same window under it, and the two set against each other in words: time per K/V step, the traced
 build's overhead, and a flag when the trace is older than the stage's sources.
+
+A backward stage's page (Act V) has the same part once its stage has a trace (backward_section; its
+records in bench/results/traces/<gpu>/backward/), in the backward's words: a step is a query block.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from . import rates, schedule, timeline_focus, trace_lanes
 from .diagram import Diagram
 from .section import figures
 from .timeline import measured_window, model_window_diagram, own_window, timeline_diagram
-from .trace_timeline import NAME, fmt_ns, trace_diagram
+from .trace_timeline import BACKWARD_NAME, NAME, fmt_ns, trace_diagram
 
 MIN_WIDTH = 820  # px: at the smallest font of the timelines (13), text stays 12 px or more; below it the
 # picture scrolls sideways (html.figure's scroll); the every-warp view is loaded when its fold opens
@@ -91,7 +94,7 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: d
         against = (prev or {}).get(causal)
         out += [trace_diagram(stage, rec, causal=causal, prev=against, view=view),
                 trace_diagram(stage, rec, every_warp=True, causal=causal),
-                model_window_diagram(stage, win, lay.length * 1e-9, f"s{stage.id}-model{suffix}")]
+                model_window_diagram(stage, win, lay.length * 1e-9, f"{_p_id(stage)}{stage.id}-model{suffix}")]
     if not out:
         out.append(timeline_diagram(stage, None))
     return out
@@ -137,6 +140,44 @@ def stage_section(stage, prev, inp, site, cache, keep: dict | None = None) -> st
     return _wrap(stage, site, tabbed(f"timeline-{stage.id}", tabs) if len(tabs) > 1 else tabs[0][1])
 
 
+def backward_section(stage, prev, inp, site, cache) -> str | None:
+    """The Markdown of a backward stage page's timeline part when the stage has a trace (None when it
+    has none: the page keeps the schedule model's own window and says so). As stage_section, in the
+    backward's words; the previous backward stage's record, where it has one, is the comparison."""
+    record, causal_record = inp.trace(stage, False), inp.trace(stage, True)
+    if record is None and causal_record is None:
+        return None
+    prev_records = {c: _previous(inp, prev, c) for c in (False, True)}
+    mine = {False: record, True: causal_record}
+    against = {c: (prev.id if r["causal"] == c else f"{prev.id}, non-causal", at_clock(r, mine[c] or r),
+                   boundary_at_clock(r, mine[c] or r))
+               for c, r in prev_records.items() if r is not None}
+    drawn = _drawn(stage, record, causal_record, against, cache, "backward-timelines")
+    by_id = {d.id: d for d in drawn}
+    tabs = []
+    for rec, suffix in ((record, ""), (causal_record, "-causal")):
+        if rec is None:
+            continue
+        prev_rec = prev_records[rec["causal"]]
+        did = f"b{stage.id}"
+        body = [_stale(stage, rec, inp.trace_gpu),
+                figures([by_id[f"{did}-trace{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
+                figures([by_id[f"{did}-model{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
+                _comparison(stage, rec),
+                _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
+                        figures([by_id[f"{did}-trace{suffix}-warps"]], site, depth=2, scroll=MIN_WIDTH, defer=True)),
+                _folded("Median time of each event" + (f", against backward stage {prev.id}" if prev_rec else ""),
+                        _event_table(prev, rec, prev_rec))]
+        tabs.append((f"Measured, {'causal' if suffix else 'non-causal'}", "\n".join(b for b in body if b)))
+    html = tabbed(f"timeline-backward-{stage.id}", tabs) if len(tabs) > 1 else tabs[0][1]
+    return site.add_fragment(f"timeline-backward-{stage.name}", html)
+
+
+def _p_id(stage) -> str:
+    """The prefix of a stage's figure ids: the backward's are b<NN>-..., apart from the forward's s<NN>-..."""
+    return "b" if getattr(stage, "backward", False) else "s"
+
+
 def _tab_order(stage, record, causal_record) -> tuple:
     """(record, suffix) pairs in the order the tabs show them: the causal trace first for a stage
     whose change is the causal path (timeline_focus.py), else the non-causal one."""
@@ -160,14 +201,14 @@ def _previous(inp, prev, causal: bool) -> dict | None:
     return inp.trace(prev, causal) or inp.trace(prev, False)
 
 
-def _drawn(stage, record, causal_record, against, cache) -> list[Diagram]:
+def _drawn(stage, record, causal_record, against, cache, namespace: str = "timelines") -> list[Diagram]:
     """diagrams_for, through the disk cache: keyed by the spec and the records, and by this package's code."""
 
     def make():
         return [dataclasses.asdict(d) for d in diagrams_for(stage, record, causal_record, against)]
 
     parts = [stage.name, stage.spec_path.read_text(), record, causal_record, sorted(against.items())]
-    drawn = cache.get("timelines", parts, make, code=[Path(__file__).parent, Path(lineage.__file__)],
+    drawn = cache.get(namespace, parts, make, code=[Path(__file__).parent, Path(lineage.__file__)],
                       libraries=["svgwrite"])
     return [Diagram(**d) for d in drawn]
 
@@ -184,11 +225,13 @@ def _p(markdown: str) -> str:
 def _stale(stage, record: dict, gpu: str | None) -> str:
     if not traces.is_stale(record, stage):
         return ""
-    name = f"bench/results/traces/{gpu}/{traces.record_name(stage.id, record['causal'])}"
+    backward = traces.is_backward(record)
+    name = f"bench/results/traces/{gpu}/{'backward/' if backward else ''}{traces.record_name(stage.id, record['causal'])}"
+    command = "python -m bench.trace --lineage backward" if backward else "python -m bench.trace"
     return ('<div class="admonition warning"><p class="admonition-title">Stale trace</p>'
             f"<p>{STALE} This trace was recorded on older sources of the stage (source hash "
             f"<code>{esc(record['source_hash'])}</code>; the stage's is now <code>{esc(stage.source_hash())}</code>): "
-            f"what it shows is a kernel that no longer exists. Re-run <code>python -m bench.trace</code> on a GPU "
+            f"what it shows is a kernel that no longer exists. Re-run <code>{command}</code> on a GPU "
             f"to refresh <code>{esc(name)}</code>.</p></div>")
 
 
@@ -201,8 +244,10 @@ def _comparison(stage, record: dict) -> str:
     overhead = (f"The traced build ran **{abs(over['pct']):.1f} % {slower}** than the plain one "
                 f"({over['traced_ms']:.3f} ms against {over['plain_ms']:.3f} ms for the whole launch{spread}): the "
                 "trace shows the protocol and the relative durations, not exact times.")
+    backward = traces.is_backward(record)
+    step = "query block" if backward else "K/V step"
     if cmp is None:
-        return _p(f"This record has no time per K/V step. {overhead}")
+        return _p(f"This record has no time per {step}. {overhead}")
     lay = trace_lanes.layout(record)
     verdict = (f"they **disagree**: the GPU took {cmp.ratio:.2f}× the model's time per step"
                if cmp.disagree else f"they agree within {DISAGREE * 100:.0f} % ({cmp.ratio:.2f}×)")
@@ -214,7 +259,7 @@ def _comparison(stage, record: dict) -> str:
     elif cmp.clock_mhz:
         clock = (f" at the {cmp.clock_mhz:.0f} MHz the SM ran at during the recorded launch (memory binds in the "
                  "model: no clock scales it)")
-    lines = [f"**Per K/V step**: measured **{fmt_ns(cmp.measured_ns)}**{clock} (the median over every step recorded "
+    lines = [f"**Per {step}**: measured **{fmt_ns(cmp.measured_ns)}**{clock} (the median over every step recorded "
              f"on this SM, traced build), predicted **{fmt_ns(cmp.predicted_ns)}** (the schedule model, bound by "
              f"{schedule.UNIT_LABEL[cmp.bound]}): {verdict}. {overhead} With the overhead taken out, a step takes "
              f"about {fmt_ns(cmp.untraced_ns)}, {cmp.untraced_ns / cmp.predicted_ns:.2f}× the prediction."]
@@ -225,7 +270,10 @@ def _comparison(stage, record: dict) -> str:
     if both is not None:
         lines.append(f"Both consumer warpgroups had a wgmma in flight at the same time for **{both[1] * 100:.0f} %** "
                      "of the time either had one, in this window (from issue to the wait that retired it).")
-    if not lay.boundaries:
+    if not lay.boundaries and backward:
+        lines.append("This window holds the start of the CTA's key block (its prologue and first query blocks), "
+                     "not a boundary between two CTAs: no second CTA started on the SM while the first was recorded.")
+    elif not lay.boundaries:
         lines.append("This window holds the start of the CTA's first output tile (its prologue and first steps), "
                      "not a tile boundary: the windows of the persistent stages were chosen before a fix to how "
                      "the trace producer picks them, and a later recording will show a boundary.")
@@ -255,13 +303,14 @@ def _event_table(prev, record: dict, prev_record: dict | None) -> str:
     stats = record["stats"]
     pstats = at_clock(prev_record, record) if prev_record else {}
     pid = prev.id if prev is not None and prev_record else None
+    names = BACKWARD_NAME if traces.is_backward(record) else NAME
     head = "<th>event</th><th>recorded</th><th>median</th>" + (f"<th>stage {pid}</th><th>change</th>" if pid else "")
     rows = []
-    for event in traces.EVENTS:
+    for event in traces.events_of(record):
         mine, theirs = stats.get(event), pstats.get(event)
         if mine is None and theirs is None:
             continue
-        cells = [esc(NAME[event]), str(mine["count"]) if mine else "—", fmt_ns(mine["median_ns"]) if mine else "—"]
+        cells = [esc(names[event]), str(mine["count"]) if mine else "—", fmt_ns(mine["median_ns"]) if mine else "—"]
         if pid:
             cells.append(fmt_ns(theirs["median_ns"]) if theirs else "—")
             if mine and theirs:

@@ -10,6 +10,11 @@ event of the window becomes exactly one bar.
 - A *lane* is one warp of one row. The summary view draws the first warp of each role (a
   warpgroup's warps run in near lockstep) plus any warp that records an event kind its role's first
   warp does not; the full view draws every traced warp.
+
+A backward record (Act V: hopattn.records.traces.is_backward) is laid out the same way with the
+backward's vocabulary (``Kinds``): its GEMMs in flight are Sᵀ and dPᵀ (issued together, by qk),
+dV with dK (dvdk) and dQ; a CTA's last work is the store of dK and dV; its first wait the one for
+K and V.
 """
 
 from __future__ import annotations
@@ -17,10 +22,52 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hopattn.records import traces
+
 NO_TILE = 0xFFFF  # the record's 16-bit tile field of an event that belongs to no one tile (-1)
 WAITS = ("wait_q", "wait_k", "wait_v", "wait_kv", "wait_empty", "wait_turn", "wait_tile", "wait_qk", "wait_pv")
 # A wgmma is issued by one event and retired by the wait that names the same K/V step.
 RETIRED_BY = {"qk": "wait_qk", "pv": "wait_pv"}
+# The backward's waits: every event of its recorder whose name says so (the forward's WAITS are theirs too).
+BACKWARD_WAITS = tuple(e for e in traces.BACKWARD_EVENTS if e.startswith("wait_"))
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """What a lineage's events are, for the layout: its GEMMs in flight as (name, the event that
+    issues it, the waits that may retire it, its track under the lane: 0 above, 1 below), the events
+    a computing warp records (the roles that record one compute), a tile's last work and a new
+    CTA's first wait (the boundary's stretches), and what a step and a tile are called."""
+
+    lineage: str
+    gemms: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    computes: tuple[str, ...]
+    step: str  # the event that starts a step: the first GEMM's issue
+    last_retire: tuple[str, ...]  # the waits that retire a step's last GEMM
+    epilogue: str
+    first_wait: str
+    waits: tuple[str, ...]
+    step_word: str
+    tile_word: str
+
+    def issues(self, event: str) -> list[tuple[str, tuple[str, ...]]]:
+        """(gemm, the waits that retire it) of every GEMM the event issues."""
+        return [(g, waits) for g, issue, waits, _ in self.gemms if issue == event]
+
+    def track(self, gemm: str) -> int:
+        return next(t for g, _, _, t in self.gemms if g == gemm)
+
+
+FORWARD = Kinds("attention", (("qk", "qk", ("wait_qk",), 0), ("pv", "pv", ("wait_pv",), 1)), ("qk", "pv"), "qk",
+                ("wait_pv",), "epilogue", "wait_q", WAITS, "K/V step", "output tile")
+BACKWARD = Kinds(traces.BACKWARD, (("qk", "qk", ("wait_qk",), 0), ("dp", "qk", ("wait_dp",), 1),
+                                   ("dvdk", "dvdk", ("wait_dq", "wait_dvdk"), 0), ("dq", "dq", ("wait_dq",), 1)),
+                 ("qk", "dvdk", "dq"), "qk", ("wait_dq", "wait_dvdk"), "store_dkdv", "wait_kv", BACKWARD_WAITS,
+                 "query block", "key block")
+
+
+def kinds_of(record: dict) -> Kinds:
+    return BACKWARD if traces.is_backward(record) else FORWARD
 
 
 @dataclass(frozen=True)
@@ -38,7 +85,7 @@ class Bar:
     @property
     def kind(self) -> str:
         """'wait' (a stall), 'mark' (an instant: a copy issued) or 'work'."""
-        if self.event in WAITS:
+        if self.event in WAITS or self.event in BACKWARD_WAITS:
             return "wait"
         return "mark" if self.end - self.start < 0.5 else "work"
 
@@ -48,7 +95,7 @@ class Span:
     """A wgmma from the start of its issue to the end of the wait that retired it: it ran somewhere
     in there (an upper bound: the wait is where the warp checked, not when the GEMM finished)."""
 
-    gemm: str  # "qk" | "pv"
+    gemm: str  # "qk" | "pv" (the backward's: "qk" (Sᵀ), "dp", "dvdk", "dq")
     tile: int | None
     kv: int | None
     start: float
@@ -83,10 +130,11 @@ class Layout:
     lanes: tuple[Lane, ...]
     boundaries: tuple[Boundary, ...]
     blocks: dict  # slot -> linear block index
+    kinds: Kinds = FORWARD
 
     @property
     def gemm_roles(self) -> set[str]:
-        return {ln.role for ln in self.lanes if any(b.event in ("qk", "pv") for b in ln.bars)}
+        return {ln.role for ln in self.lanes if any(b.event in self.kinds.computes for b in ln.bars)}
 
 
 def role_label(name: str) -> str:
@@ -123,24 +171,25 @@ def _rows(bars: list[Bar]) -> list[list[int]]:
     return sorted(rows, key=min)  # slot 0's row first
 
 
-def spans_of(bars: list[Bar]) -> list[Span]:
+def spans_of(bars: list[Bar], kinds: Kinds = FORWARD) -> list[Span]:
     """Pair each wgmma issue with the first later wait of its kind in the same warp: a warp's wgmma
     groups retire in the order they were issued. (Not by the K/V step's label: a boundary stamp
     carries the step of the record that stored it, and a PV issued in one step and retired in the
     next is stored with two different labels.)"""
     out = []
     for i, b in enumerate(bars):
-        wait = RETIRED_BY.get(b.event)
-        if wait is None or b.kv is None:
+        if b.kv is None:
             continue
-        for w in bars[i + 1:]:
-            if w.event == wait and (w.slot, w.warp) == (b.slot, b.warp) and w.end >= b.start:
-                out.append(Span(b.event, b.tile, b.kv, b.start, w.end))
-                break
+        for gemm, waits in kinds.issues(b.event):
+            for w in bars[i + 1:]:
+                if w.event in waits and (w.slot, w.warp) == (b.slot, b.warp) and w.end >= b.start:
+                    out.append(Span(gemm, b.tile, b.kv, b.start, w.end))
+                    break
     return out
 
 
 def layout(record: dict, every_warp: bool = False) -> Layout:
+    vocab = kinds_of(record)
     bars = bars_of(record)
     length = record["window"]["end_ns"] - record["window"]["start_ns"]
     roles = record["roles"]
@@ -165,15 +214,15 @@ def layout(record: dict, every_warp: bool = False) -> Layout:
                 present = shown
             for w in present:
                 mine = by_lane[(r, w)]
-                lanes.append(Lane(r, role, warps, w, tuple(mine), tuple(spans_of(mine))))
-    return Layout(length, tuple(tuple(s) for s in rows), tuple(lanes), tuple(_boundaries(bars, rows, roles)),
-                  {c["slot"]: c["block"] for c in record["ctas"]})
+                lanes.append(Lane(r, role, warps, w, tuple(mine), tuple(spans_of(mine, vocab))))
+    return Layout(length, tuple(tuple(s) for s in rows), tuple(lanes), tuple(_boundaries(bars, rows, roles, vocab)),
+                  {c["slot"]: c["block"] for c in record["ctas"]}, vocab)
 
 
-def _boundaries(bars: list[Bar], rows: list[list[int]], roles: list[str]) -> list[Boundary]:
+def _boundaries(bars: list[Bar], rows: list[list[int]], roles: list[str], kinds: Kinds = FORWARD) -> list[Boundary]:
     """On each row, the first event of every (CTA, tile) after the row's first, in the warps that
     compute: a producer loads the next tile's Q long before its consumers start on it."""
-    gemm_roles = {roles[b.warp] for b in bars if b.event in ("qk", "pv")}
+    gemm_roles = {roles[b.warp] for b in bars if b.event in kinds.computes}
     out = []
     for r, slots in enumerate(rows):
         first: dict[tuple[int, int], float] = {}
@@ -195,7 +244,7 @@ def zoom(lay: Layout, per_step: float | None, steps: float = 2.5) -> tuple[float
     lane = next((ln for ln in lay.lanes if ln.role in lay.gemm_roles), None)
     if not per_step or lane is None or lay.length < 2.5 * steps * per_step:
         return None
-    qk = [b for b in lane.bars if b.event == "qk" and 0 <= b.start <= lay.length]
+    qk = [b for b in lane.bars if b.event == lay.kinds.step and 0 <= b.start <= lay.length]
     if not qk:
         return None
     group = (qk[0].slot, qk[0].tile)
@@ -248,7 +297,7 @@ def steps(lay: Layout) -> tuple[int, int | None]:
         return 0, None
     groups: dict[tuple, set] = {}
     for b in lane.bars:
-        if b.event == "qk" and 0 <= b.start <= lay.length:
+        if b.event == lay.kinds.step and 0 <= b.start <= lay.length:
             groups.setdefault((b.slot, b.tile), set()).add(b.kv)
     order = sorted(groups, key=lambda k: min(b.start for b in lane.bars if (b.slot, b.tile) == k))
     boundary = any(b.row == 0 for b in lay.boundaries)
@@ -311,8 +360,8 @@ def _boundary_sides(lay: Layout) -> list[tuple[str, float, float]]:
     out = []
     for ln in lead_lanes(lay):
         old, new = _sides(ln, bd)
-        retired = [b.end for b in old if b.event == "wait_pv"]
-        first_qk = next((b.start for b in new if b.event == "qk"), None)
+        retired = [b.end for b in old if b.event in lay.kinds.last_retire]
+        first_qk = next((b.start for b in new if b.event == lay.kinds.step), None)
         if retired and first_qk is not None:
             out.append((role_label(ln.role), retired[-1], first_qk))
     return out
@@ -338,17 +387,19 @@ def boundary_stretches(lay: Layout) -> list[tuple[str, float]]:
     bd = first_boundary(lay)
     if bd is None:
         return []
-    out = [(f"{name}: last PV retired → next tile's first QKᵀ", first_qk - retired)
-           for name, retired, first_qk in _boundary_sides(lay)]
+    k = lay.kinds
+    words = (("last PV retired → next tile's first QKᵀ", "epilogue", "epilogue's end → wait for Q") if k is FORWARD else
+             ("last dQ retired → next key block's first Sᵀ", "store of dK and dV", "store's end → wait for K and V"))
+    out = [(f"{name}: {words[0]}", first_qk - retired) for name, retired, first_qk in _boundary_sides(lay)]
     for ln in lead_lanes(lay)[:1]:
         old, new = _sides(ln, bd)
         name = role_label(ln.role)
-        epi = [b for b in old if b.event == "epilogue"]
-        wait_q = next((b for b in new if b.event == "wait_q"), None)
+        epi = [b for b in old if b.event == k.epilogue]
+        wait_q = next((b for b in new if b.event == k.first_wait), None)
         if epi:
-            out.append((f"{name}: epilogue", epi[-1].end - epi[-1].start))
+            out.append((f"{name}: {words[1]}", epi[-1].end - epi[-1].start))
             if wait_q is not None:
-                out.append((f"{name}: epilogue's end → wait for Q", wait_q.start - epi[-1].end))
+                out.append((f"{name}: {words[2]}", wait_q.start - epi[-1].end))
         tile_id = next((b for b in new if b.event == "wait_tile"), None)
         if tile_id is not None and wait_q is not None:
             out.append((f"{name}: tile id read → wait for Q", wait_q.start - tile_id.end))

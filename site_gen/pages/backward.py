@@ -6,10 +6,14 @@ in the backward lineage.
 The diagrams are the backward's own (site_gen/diagrams/backward): where the five GEMMs' operands
 live (#operands), how dQ is summed (#dq), the warp roles (#roles) and the schedule model's timeline
 (#timeline). A picture that did not change since the previous backward stage says so and links it.
+Once a stage has a trace (bench/results/traces/<gpu>/backward/, `python -m bench.trace --lineage
+backward`), its #timeline is the measured one, drawn as a forward stage's is, with the model's
+prediction for the same window under it (diagrams/timeline_section.backward_section).
 """
 
 from __future__ import annotations
 
+from ..diagrams import timeline_section
 from ..diagrams.backward import facts as bwd_facts
 from ..diagrams.section import figures
 from .stage import _notes_body, change_box, role_tasks
@@ -19,6 +23,7 @@ PARTS = (("memory", "operands", "Where the operands of the five GEMMs live"),
          ("dq", "dq", "How dQ is summed"),
          ("roles", "roles", "Warp roles"),
          ("timeline", "timeline", "Schedule: predicted"))
+MEASURED_HEADING = "Timeline: measured and predicted"  # #timeline's heading once the stage has a trace
 UNCHANGED = {"memory": "the operands live where they did there", "dq": "dQ is summed as it was there",
              "roles": "the roles and their barriers are the same", "timeline": "the schedule model places the same work"}
 # The figure each backward stage's page opens with: the picture of what its one change changes
@@ -57,11 +62,19 @@ def lead_for(stage, mine) -> str | None:
     return d.id if d is not None else (mine[0].id if mine else None)
 
 
-def diagram_parts(stage, mine, drawn: dict, lead: str | None, site) -> dict[str, str]:
+def diagram_parts(stage, mine, drawn: dict, lead: str | None, site, inp=None, cache=None, prev=None) -> dict[str, str]:
+    """The Markdown of each figure's part (by kind). With ``inp`` (the site's inputs) and ``cache``,
+    a stage with a trace gets its measured timeline (and "timeline_heading" says so); without one,
+    the schedule model's prediction alone, as before any trace was recorded."""
     parts = {}
+    measured = (timeline_section.backward_section(stage, prev, inp, site, cache)
+                if inp is not None and cache is not None else None)
+    if measured is not None:
+        parts["timeline"] = measured
+        parts["timeline_heading"] = MEASURED_HEADING
     for kind, _anchor, _heading in PARTS:
         d = _of(mine, kind)
-        if d is None:
+        if d is None or kind in parts:
             continue
         since = last_change(kind, stage, drawn)
         if d.id == lead:
@@ -110,6 +123,7 @@ def backward_page(stage, prev, nxt, *, diff_html: str, diagram_parts: dict[str, 
     body = []
     for kind, anchor, heading in PARTS:
         if kind in diagram_parts:
+            heading = diagram_parts.get(f"{kind}_heading", heading)
             body += [f"### {heading} {{#{anchor}}}\n", diagram_parts[kind]]
             if kind == "roles":
                 body.append(role_tasks(stage))
