@@ -6,6 +6,7 @@ the sm_90a SASS (cuobjdump, nvdisasm), and writes one record per stage
     python -m hopattn.compiler 7 9-11              # some stages (of every lineage that has them)
     python -m hopattn.compiler --lineage backward  # Act V only (kernels/attention_backward)
     python -m hopattn.compiler --lineage rmsnorm   # Part II's RMSNorm (kernels/rmsnorm): every template instance
+    python -m hopattn.compiler --lineage softmax   # so too rmsnorm_backward, softmax, softmax_backward (Part II)
     python -m hopattn.compiler --check             # only report missing or stale facts (exit 1 if any)
 
 Modules: facts (one stage's record, and the refresh), ptxas (the -Xptxas=-v report), sass (the
