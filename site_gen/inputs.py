@@ -8,7 +8,9 @@ input fails here, naming the file and the field, and the previous site stays as 
 The backward's stages are kept apart from the forward's (``backward``, ``backward_hashes``,
 ``backward_facts``): the two lineages number their stages alike (both have a 01-baseline), so
 nothing keyed by a stage's id or name mixes them (nor do their traces, ``backward_traces``); so are Part II's (``rmsnorm``, typed by
-hopattn.rowwise, with its own hashes, facts and results).
+hopattn.rowwise, with its own hashes, facts and results), and Part II's other lineages' (``part_ii``:
+the RMSNorm backward's, the softmax's and the softmax backward's stages by lineage folder, with their
+facts in ``part_ii_facts``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopattn import lineage, rowwise
+from hopattn import lineage, rowwise, rowwise_backward, softmax_lineage
 from hopattn.records import compiler_facts, results, traces
 from hopattn.records import rowwise as rowwise_results
 
@@ -37,6 +39,9 @@ class Inputs:
     rmsnorm_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
     rmsnorm_results: list[rowwise_results.RowResults] = field(default_factory=list)  # bench/results/rmsnorm
     backward_traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # as traces, the backward's
+    # Part II's other lineages, by folder (rmsnorm_backward, softmax, softmax_backward), and their facts by stage name
+    part_ii: dict[str, list[rowwise.RowStage]] = field(default_factory=dict)
+    part_ii_facts: dict[str, dict[str, tuple[dict | None, str | None]]] = field(default_factory=dict)
 
     @property
     def trace_gpu(self) -> str | None:
@@ -53,6 +58,8 @@ class Inputs:
 
     def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
         if isinstance(stage, rowwise.RowStage):
+            if stage.lineage in self.part_ii_facts:
+                return self.part_ii_facts[stage.lineage][stage.name]
             return self.rmsnorm_facts[stage.name]
         return (self.backward_facts if stage.backward else self.facts)[stage.name]
 
@@ -61,7 +68,9 @@ class Inputs:
         as 'backward NN-slug: why')."""
         return ([f"{name}: {problem}" for name, (_, problem) in self.facts.items() if problem]
                 + [f"backward {name}: {problem}" for name, (_, problem) in self.backward_facts.items() if problem]
-                + [f"rmsnorm {name}: {problem}" for name, (_, problem) in self.rmsnorm_facts.items() if problem])
+                + [f"rmsnorm {name}: {problem}" for name, (_, problem) in self.rmsnorm_facts.items() if problem]
+                + [f"{folder} {name}: {problem}" for folder, found in self.part_ii_facts.items()
+                   for name, (_, problem) in found.items() if problem])
 
 
 def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
@@ -81,6 +90,11 @@ def _traces(folder: Path, backward: bool = False) -> dict[str, dict[tuple[str, b
             if not backward or traces.backward_folder(gpu).is_dir()}
 
 
+# Part II's other lineages: kernels/<folder> and the module that discovers its stages
+PART_II = (("rmsnorm_backward", rowwise_backward.discover), ("softmax", softmax_lineage.discover),
+           ("softmax_backward", softmax_lineage.discover))
+
+
 def load(root: Path) -> Inputs:
     root = Path(root).resolve()
     stages = lineage.discover(root / "kernels" / "attention")
@@ -88,6 +102,8 @@ def load(root: Path) -> Inputs:
     backward = lineage.discover(folder) if folder.is_dir() else []
     folder = root / "kernels" / lineage.RMSNORM_DIR.name
     rmsnorm = rowwise.discover(folder) if folder.is_dir() else []
+    part_ii = {name: discover(root / "kernels" / name) for name, discover in PART_II
+               if (root / "kernels" / name).is_dir()}
     return Inputs(root=root, stages=stages, hashes={s.id: s.source_hash() for s in stages},
                   results=results.load_indexed(root / "bench" / "results"),
                   facts={s.name: _facts(s) for s in stages},
@@ -97,4 +113,6 @@ def load(root: Path) -> Inputs:
                   backward_facts={s.name: _facts(s) for s in backward},
                   rmsnorm=rmsnorm, rmsnorm_hashes={s.id: s.source_hash() for s in rmsnorm},
                   rmsnorm_facts={s.name: _facts(s) for s in rmsnorm},
-                  rmsnorm_results=rowwise_results.load_all(root / "bench" / "results" / "rmsnorm") if rmsnorm else [])
+                  rmsnorm_results=rowwise_results.load_all(root / "bench" / "results" / "rmsnorm") if rmsnorm else [],
+                  part_ii=part_ii,
+                  part_ii_facts={name: {s.name: _facts(s) for s in found} for name, found in part_ii.items()})

@@ -35,7 +35,7 @@ from .diagrams.backward import backward_diagrams
 from .diagrams.rowwise import rowwise_diagrams
 from .diff_section import section as diff
 from .html import figure
-from .pages import backward, docs_figures, gallery, overview, rowwise, stage
+from .pages import backward, docs_figures, gallery, overview, part_ii, rowwise, stage
 
 CHART = "assets/generated/progression.svg"
 BACKWARD_CHART = "assets/generated/progression-backward.svg"
@@ -130,6 +130,7 @@ def render(inp: inputs.Inputs, cache: DiskCache) -> Site:
 
     backward_drawn = _render_backward(inp, site, cache)
     rmsnorm_drawn = _render_rmsnorm(inp, site, cache)
+    _render_part_ii(inp, site, cache)
 
     with naming("the overview", root / "bench" / "results", root):
         site.pages["index.md"] = _overview(inp, site, cache)
@@ -214,6 +215,32 @@ def _render_rmsnorm(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
     with naming("the overview of Part II", where, root):
         site.pages[f"{rowwise.FOLDER}/index.md"] = _rmsnorm_overview(inp, site)
     return drawn
+
+
+def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
+    """Part II's other lineages (the RMSNorm backward, the softmax, the softmax backward): a page per
+    stage (<folder>/NN-slug.md), of the RMSNorm forward's form without its figures (pages/part_ii.py)."""
+    root = inp.root
+    for folder, stages in inp.part_ii.items():
+        for i, s in enumerate(stages):
+            prev = stages[i - 1] if i else None
+            nxt = stages[i + 1] if i + 1 < len(stages) else None
+            label = f"{part_ii.lineage_of(s).label} stage {s.name}"
+            with naming(f"the diff of {label}", s.kernel_path, root):
+                diff_md = site.add_fragment(f"diff-{folder}-{s.name}", diff.diff_section(s, prev, cache),
+                                            file=(f"{DIFFS}/{folder}-{s.name}.html", 2, "the diff"))
+            with naming(f"the compiler section of {label}", s.kernel_path, root):
+                facts, _problem = inp.facts_of(s)
+                compiler_md = compiler.compiler_section(s, prev, inp.facts_of, name=part_ii.stage_name,
+                                                        memory_bound=True)
+                compiler_md += "\n" + part_ii.instances_md(s, facts)
+            with naming(f"the benchmark section of {label}", root / "bench" / "results" / folder, root):
+                benchmark_md = part_ii.benchmark_md(s, root)
+                headline_md = site.add_fragment(f"headline-{folder}-{s.name}", part_ii.headline_md())
+            with naming(f"the page of {label}", s.notes_path, root):
+                site.pages[part_ii.page_path(s)] = part_ii.stage_page(
+                    s, prev, nxt, diff_html=diff_md, compiler_md=compiler_md, benchmark=benchmark_md,
+                    headline=headline_md, overview=bool(inp.rmsnorm))
 
 
 def _rowwise_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
