@@ -17,10 +17,9 @@ from __future__ import annotations
 import math
 
 import torch
-from hopattn import rmsnorm
-from rmsnorm_cases import DTYPES, PRECISION, make_input
-
 from gpu_cases import healthy, initialise  # noqa: F401  (the worker's)
+from hopattn import rmsnorm
+from rmsnorm_cases import PRECISION, make_input
 
 PRODUCTS = 2.0**-20  # a few fp32 roundings of each product, relative to its terms
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import math
 
 import torch
-from hopattn import rmsnorm
-
 from gpu_cases import healthy, initialise  # noqa: F401  (the worker's)
+from hopattn import rmsnorm
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PRECISION = {torch.bfloat16: 8, torch.float16: 11, torch.float32: 24}  # bits, the implicit one included

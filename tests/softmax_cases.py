@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 
 import torch
+from gpu_cases import healthy, initialise  # noqa: F401  (the worker's)
 from hopattn import softmax_ops as sm
 from rmsnorm_cases import PRECISION, make_input
-
-from gpu_cases import healthy, initialise  # noqa: F401  (the worker's)
 
 
 def inputs(case: dict, gen) -> torch.Tensor:

@@ -8,10 +8,9 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch", reason="the op needs torch")
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-
 import hopattn  # noqa: E402
 from hopattn import rmsnorm  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 BF16 = torch.bfloat16
 

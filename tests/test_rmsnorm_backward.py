@@ -98,9 +98,8 @@ def test_the_build_selects_lineages():
 # --- the op's contract on fake tensors -------------------------------------------------------------
 
 torch = pytest.importorskip("torch", reason="the op needs torch")
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-
 from hopattn import rmsnorm  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 BF16 = torch.bfloat16
 

@@ -5,8 +5,9 @@ it writes validates as the site reads it, and that it refuses to run without CUD
 import json
 
 import pytest
-from bench import rowwise, rowwise_backward
 from hopattn import rowwise_backward as lineage_backward
+
+from bench import rowwise, rowwise_backward
 
 
 def test_sizes_and_folder():

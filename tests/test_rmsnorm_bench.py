@@ -4,8 +4,9 @@ it writes (sorted, rounded, a stage's source hash), and that it refuses to run w
 import json
 
 import pytest
-from bench import rowwise
 from hopattn import rowwise as lineage_rowwise
+
+from bench import rowwise
 
 
 def test_sizes_move_at_least_64_mb_of_bf16():

@@ -72,10 +72,9 @@ def test_cases_span_the_contract():
 
 
 torch = pytest.importorskip("torch", reason="the ops need torch")
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-
 import hopattn  # noqa: E402
 from hopattn import softmax_ops as sm  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 BF16 = torch.bfloat16
 

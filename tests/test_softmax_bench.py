@@ -5,8 +5,9 @@ and that it refuses to run without CUDA."""
 import json
 
 import pytest
-from bench import rowwise_softmax
 from hopattn import softmax_lineage
+
+from bench import rowwise_softmax
 
 
 def test_sizes_and_folders():

@@ -21,8 +21,19 @@ from pathlib import Path
 
 from . import rowwise
 from .lineage import (
-    ARCHES, BOOL, COMMON_DIR_NAME, POSITIVE, RMSNORM_DIR, TEXT, SpecError, _FOLDER_RE, _choice, _list_of, _load,
-    _table, key,
+    _FOLDER_RE,
+    ARCHES,
+    BOOL,
+    COMMON_DIR_NAME,
+    POSITIVE,
+    RMSNORM_DIR,
+    TEXT,
+    SpecError,
+    _choice,
+    _list_of,
+    _load,
+    _table,
+    key,
 )
 
 RMSNORM_BACKWARD_DIR = RMSNORM_DIR.parent / "rmsnorm_backward"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import rowwise
-from .lineage import ARCHES, COMMON_DIR_NAME, RMSNORM_DIR, TEXT, SpecError, _FOLDER_RE, _choice, _load, _table, key
+from .lineage import _FOLDER_RE, ARCHES, COMMON_DIR_NAME, RMSNORM_DIR, TEXT, SpecError, _choice, _load, _table, key
 
 SOFTMAX_DIR = RMSNORM_DIR.parent / "softmax"
 SOFTMAX_BACKWARD_DIR = RMSNORM_DIR.parent / "softmax_backward"

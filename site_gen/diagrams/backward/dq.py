@@ -263,7 +263,7 @@ def _ordered(c, stage, path, y) -> float:
     _box(c, W - 12 - 100, top, 100, bh, ("same sum,", "same bits,", "every run"), "q", light=True)
     y = top + bh + 26
     who = f"dQ warp{'s' if b and len(b.issuer_warps) > 1 else ''} of the {b.issuer_role}" if b and b.own_warps else (
-        f"issuing thread" if b else "CTA")
+        "issuing thread" if b else "CTA")
     steps = [f"waits until the counter reads n{f' ({o.wait})' if o.wait else ''}",
              f"issues its {'bulk reduce-add' if b else 'additions'}",
              f"waits for {'it' if b else 'them'} to complete{f' ({o.done})' if o.done else ''}",
