@@ -82,11 +82,21 @@ __device__ __forceinline__ int* dq_turns(const AttnBwdParams& p) {
     return reinterpret_cast<int*>(p.row_stats + 2 * (int64_t)p.batch * p.heads * padded_rows(p.len_q));
 }
 // And after them one ticket per (batch, K/V head): in the deterministic mode a CTA takes its key
-// block from it, so that key block n is only ever given to a CTA that started after the one with key
-// block n − 1 — the turns cannot wait on a CTA that has not started, whatever order the hardware
-// starts them in (blockIdx order is usual, not promised).
+// block from it, the last key block first, so that key block n is only ever given to a CTA that
+// started after the one with key block n + 1 — the turns cannot wait on a CTA that has not started,
+// whatever order the hardware starts them in (blockIdx order is usual, not promised).
 __device__ __forceinline__ int* key_block_tickets(const AttnBwdParams& p) {
     return dq_turns(p) + (int64_t)p.batch * p.heads * (padded_rows(p.len_q) / BLOCK_M) * CONSUMERS;
+}
+
+// The last key block that sees query block q0 / BLOCK_M (−1: none): a causal key block j sees the
+// query rows from j · BLOCK_N − (len_k − len_q) on (first_query_block), so the key blocks that see a
+// query block are 0 up to this one. The deterministic mode adds their shares from this one down.
+__device__ __forceinline__ int last_key_block(int q0, int len_q, int len_k, bool causal) {
+    const int key_blocks = (len_k + BLOCK_N - 1) / BLOCK_N;
+    if (!causal) return key_blocks - 1;
+    const int last_key = q0 + BLOCK_M - 1 + (len_k - len_q);  // the last key the block's last row sees
+    return last_key < 0 ? -1 : min(key_blocks - 1, last_key / BLOCK_N);
 }
 
 // --- 1. preprocess --------------------------------------------------------------------------------
@@ -125,9 +135,10 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const AttnBwdParams p) 
         }
         p.row_stats[bh * rows + row] = dot;
         p.row_stats[((int64_t)p.batch * p.heads + bh) * rows + row] = lse2;
-        if (row % BLOCK_M == 0) {  // the query block's two turn counters
-            dq_turns(p)[(bh * (rows / BLOCK_M) + row / BLOCK_M) * CONSUMERS] = 0;
-            dq_turns(p)[(bh * (rows / BLOCK_M) + row / BLOCK_M) * CONSUMERS + 1] = 0;
+        if (row % BLOCK_M == 0) {  // the query block's two turn counters: whose turn is first
+            const int first_turn = last_key_block(row, p.len_q, p.len_k, p.causal != 0);
+            dq_turns(p)[(bh * (rows / BLOCK_M) + row / BLOCK_M) * CONSUMERS] = first_turn;
+            dq_turns(p)[(bh * (rows / BLOCK_M) + row / BLOCK_M) * CONSUMERS + 1] = first_turn;
         }
     }
     {
@@ -203,8 +214,12 @@ __device__ __forceinline__ void red_release_gpu_add(int* addr, int value) {
 // Orders the copy engine's global accesses with this thread's ordinary ones (both directions).
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
-// Key block `turn` waits until the key blocks before it have added their shares of this query
-// block's dQ half (in key order: a causal key block's queries are seen by every key block before it).
+// Key block `turn` waits until the counter reads its number: the key blocks after it have added their
+// shares of this query block's dQ half, each counting one down. The order runs from the last key
+// block that sees the query block down to key block 0: a causal key block's first query blocks are
+// then ones where it goes first, and each later one waits only for the key block after it, a step
+// ahead. (In key order, key block n would wait for key block 0 to reach its diagonal: an idle wait
+// growing with n, half a causal CTA's life on average.)
 __device__ __forceinline__ void wait_for_turn(const int* counter, int turn) {
     while (ld_acquire_gpu(counter) != turn) __nanosleep(64);
     fence_proxy_async_global();  // the reduce-add issued next is ordered after what the count made visible
@@ -238,10 +253,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
     const uint32_t q_full = kv_full + 8;  // + 8 * stage
     const uint32_t key_block_slot = q_full + 8 * Q_STAGES;
 
-    // The CTA's key block: its blockIdx, or in the deterministic mode the next ticket of its K/V head.
+    // The CTA's key block: its blockIdx, or in the deterministic mode its K/V head's next ticket, counted
+    // from the last key block down.
     if (threadIdx.x == 0)
-        st_shared_b32(key_block_slot, deterministic ? atomicAdd(key_block_tickets(p) + batch * p.kv_heads + kv_head, 1)
-                                                    : blockIdx.x);
+        st_shared_b32(key_block_slot, deterministic ? int(gridDim.x) - 1 - atomicAdd(key_block_tickets(p) + batch * p.kv_heads + kv_head, 1)
+                                                    : int(blockIdx.x));
     __syncthreads();
     const int key_block = ld_shared_s32(key_block_slot), key0 = key_block * BLOCK_N;
 
@@ -424,7 +440,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel(const __grid_const
                     TRACE_BEGIN(wait_dq_done);
                     bulk_wait_group<0>();
                     fence_proxy_async_global();
-                    red_release_gpu_add(turn, 1);
+                    red_release_gpu_add(turn, -1);
                     TRACE_END(wait_dq_done, 0, step);
                 }
             }
