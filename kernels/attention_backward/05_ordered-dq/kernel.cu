@@ -1,11 +1,11 @@
-// Backward stage 05 — the deterministic mode as a wait: dQ's reduce-adds in key order.
+// Backward stage 05 — the deterministic mode as a wait: dQ's reduce-adds in a fixed key-block order.
 //
 // Through stage 04 the deterministic mode runs a second kernel (stage 02's, on mma.sync) that
 // recomputes S, P, dP and dS for every query block to sum dQ over the key blocks in order: 0.55x the
 // default's speed at stage 03. Stage 04's bulk reduce-adds make the order cheap to impose instead:
-// a counter per (query block, warpgroup half of dQ's columns), zeroed by the preprocess, says how
-// many key blocks have added their share. Key block n's issuing thread waits until it reads n
-// (ld.acquire), issues its reduce-add, waits for it to complete, and adds 1 (red.release). Every
+// a counter per (query block, warpgroup half of dQ's columns), set by the preprocess to the last key
+// block that sees the query block, says whose turn it is. Key block n's issuing thread waits until it
+// reads n (ld.acquire), issues its reduce-add, waits for it to complete, counts down (red.release). Every
 // float of the accumulator then receives its key blocks' shares in the same order on every run,
 // from the same zero: the same bits. The default mode issues and moves on, as in stage 04; the
 // second kernel and its 200 lines are gone.

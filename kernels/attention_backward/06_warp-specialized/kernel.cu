@@ -313,7 +313,7 @@ __device__ void load_role(const AttnBwdParams& p, const Smem& s, const Steps& st
 // reduce-add, and give the tile back once the copy engine is done with it. One operation stays in
 // flight while the next tile fills (cp.async.bulk.wait_group.read compiles to the same wait as the
 // full completion: the tile of step i − 1 is handed back after step i's reduce-add is issued).
-// Deterministic: in key order, each reduce-add complete before the next key block's turn.
+// Deterministic: in turn (last key block first), each reduce-add complete before the next turn.
 __device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int c TRACE_PARAM) {
     const bool deterministic = p.deterministic != 0;
     for (int step = 0; step < steps.count(); ++step) {
