@@ -32,8 +32,20 @@ struct AttnBwdParams {
     int causal;         // 0 or 1 (bottom-right aligned, as the forward)
     int deterministic;  // 1: no atomics; every gradient is summed in a fixed order
     int num_sms;
-    // Workspace the caller allocates (sizes from hopattn_backward_workspace):
-    float* row_stats;   // [2, batch, heads, padded len_q]: D = rowsum(dO ∘ O), and lse in log2 units
-    float* dq_accum;    // [batch, heads, padded len_q, head_dim] fp32 (the atomic path; may be null
-                        // when deterministic)
+    // Workspace the caller allocates (sizes from each stage's hopattn_backward_workspace; see below):
+    float* row_stats;   // [2, batch, heads, padded len_q]: D = rowsum(dO ∘ O), and lse in log2 units (+ 05's ints)
+    float* dq_accum;    // [batch, heads, padded len_q, head_dim] fp32 (stages 01-04: the atomic path, may be
+                        // null when deterministic; from stage 05 on needed in both modes)
 };
+
+// The workspace by stage (this header is shared by backward stages 01-06; the sizes are each stage's
+// hopattn_backward_workspace, which the binding asks for before every launch):
+//   - stages 01-04: row_stats is the two float arrays above; dq_accum is 0 floats (may be null) in the
+//     deterministic mode, where a second pass sums dQ in key order without atomics.
+//   - from stage 05 on: row_stats ends, after its two float arrays, with the deterministic mode's ints,
+//     allocated in both modes: the turn counters, [batch, heads, padded len_q / 64, 2] (one per query
+//     block and dQ half, one per consumer warpgroup), then the key-block tickets, [batch, kv_heads]. The
+//     preprocess kernel writes both on every launch (each counter to the query block's last key block,
+//     the tickets to 0), so the caller need not clear them; the counters count down (red.release.gpu.add
+//     -1) and a CTA takes key block gridDim.x - 1 - ticket. dq_accum is needed in both modes (the launch
+//     refuses a null one): the deterministic mode adds into it too, its query blocks' turns in order.
