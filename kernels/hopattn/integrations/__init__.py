@@ -11,8 +11,11 @@
 package imports without them. ``kernels`` describes what a kernel serves; ``routing`` counts what
 was served and why the rest fell back; ``masks`` tells a causal or empty mask from a real one.
 
-Training goes through the same functions: calls that need a gradient are served, and hopattn's
-backward computes it (``register(deterministic=True)`` for bitwise reproducible gradients).
+Head dims: what the final forward stage serves (its supports.head_dims, v's head dim possibly other
+than q's); the rest falls back, counted. Training goes through the same functions: calls that need a
+gradient are served where hopattn's backward serves their head dim (128), and it computes the
+gradient (``register(deterministic=True)`` for bitwise reproducible gradients); the others fall back
+with that reason and get the fallback's gradient.
 """
 
 from . import kernels, masks, routing

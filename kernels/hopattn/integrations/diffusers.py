@@ -11,13 +11,17 @@ name has to be a member of that enum, which lists diffusers' built-in backends o
 adds a member for ``name`` (a str-valued Enum member like the others) before registering the
 function under it. ``set_attention_backend`` and ``attention_backend`` then accept the name.
 
-The tensors are passed to the kernel in place (layout "bshd"). Calls it cannot serve (a padding
-mask, head dim 64 as in LTX-2's audio attention, fp16/fp32, dropout, context parallelism) go to
-diffusers' native SDPA backend with every argument the model passed, and are counted (strict=False)
-or raise RoutingError (strict=True).
+The tensors are passed to the kernel in place (layout "bshd"), at every head dim the final forward
+stage serves (its supports.head_dims: 64 as SD3's, CogVideoX's and LTX-2's audio attention, 128,
+256, ...; v's head dim may differ from q's where the stage serves the pair, and the output has v's).
+Calls it cannot serve (a padding mask, a head dim the stage does not serve, fp16/fp32, dropout,
+context parallelism) go to diffusers' native SDPA backend with every argument the model passed, and
+are counted (strict=False) or raise RoutingError (strict=True).
 
 Training: a call that needs a gradient (a transformer whose parameters require grad, grad mode on)
-is served, and its gradients come from hopattn's backward. ``register(deterministic=True)`` gives
+is served where hopattn's backward serves its head dim (128; at another, "gradient needed at head
+dim N ..." sends it to the native backend, whose gradient it gets), and its gradients come from
+hopattn's backward. ``register(deterministic=True)`` gives
 gradients identical bit for bit run to run; None (default) follows
 ``torch.use_deterministic_algorithms``. Double backward is not supported (the second backward
 raises, see hopattn.integrations.transformers).
@@ -119,7 +123,7 @@ def make_backend(kernel: Kernel, strict: bool, deterministic: bool | None = None
                   return_lse=False, _parallel_config=None):
         causal, keys, reason = _plan(query, key, attn_mask, dropout_p, is_causal, return_lse, _parallel_config)
         q_bhsd, k_bhsd, v_bhsd = (t.transpose(1, 2) for t in (query, key[:, :keys], value[:, :keys]))
-        shape = routing.shape_of(LIBRARY, q_bhsd, k_bhsd, causal, "bshd")
+        shape = routing.shape_of(LIBRARY, q_bhsd, k_bhsd, causal, "bshd", v=v_bhsd)
         grad = routing.needs_grad(query, key, value)
         exact = routing.wants_deterministic(deterministic)
         reason = reason or kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal, grad=grad, deterministic=exact)

@@ -52,16 +52,23 @@ class CallShape:
     causal: bool
     layout: str
     dtype: str
+    head_dim_v: int | None = None  # v's (and the output's) head dim; None: head_dim's (normalised so)
+
+    def __post_init__(self):
+        if self.head_dim_v == self.head_dim:
+            object.__setattr__(self, "head_dim_v", None)
 
     def describe(self) -> str:
         heads = f"{self.q_heads}" if self.q_heads == self.kv_heads else f"{self.q_heads}/{self.kv_heads}"
-        return (f"B={self.batch} H={heads} Lq={self.q_len} Lk={self.k_len} D={self.head_dim} "
+        dims = f"D={self.head_dim}" if self.head_dim_v is None else f"D={self.head_dim} Dv={self.head_dim_v}"
+        return (f"B={self.batch} H={heads} Lq={self.q_len} Lk={self.k_len} {dims} "
                 f"{'causal' if self.causal else 'non-causal'} {self.dtype} {self.layout}")
 
     def to_dict(self) -> dict:
         return {"library": self.library, "batch": self.batch, "q_heads": self.q_heads, "kv_heads": self.kv_heads,
                 "q_len": self.q_len, "k_len": self.k_len, "head_dim": self.head_dim, "causal": self.causal,
-                "layout": self.layout, "dtype": self.dtype}
+                "layout": self.layout, "dtype": self.dtype,
+                "head_dim_v": self.head_dim if self.head_dim_v is None else self.head_dim_v}
 
 
 @dataclass(eq=False)  # compared by identity: track() removes exactly its own report
@@ -152,11 +159,12 @@ def strict_active() -> bool:
         return any(r.strict for r in _ACTIVE)
 
 
-def shape_of(library: str, q: torch.Tensor, k: torch.Tensor, causal: bool, layout: str) -> CallShape:
-    """The CallShape of logical BHSD tensors q, k."""
+def shape_of(library: str, q: torch.Tensor, k: torch.Tensor, causal: bool, layout: str,
+             v: torch.Tensor | None = None) -> CallShape:
+    """The CallShape of logical BHSD tensors q, k (and v, whose head dim may differ from q's)."""
     return CallShape(library=library, batch=q.shape[0], q_heads=q.shape[1], kv_heads=k.shape[1], q_len=q.shape[2],
                      k_len=k.shape[2], head_dim=q.shape[3], causal=bool(causal), layout=layout,
-                     dtype=str(q.dtype).removeprefix("torch."))
+                     dtype=str(q.dtype).removeprefix("torch."), head_dim_v=None if v is None else v.shape[3])
 
 
 def record(shape: CallShape, mode: str | None = None, reason: str | None = None, target: str = "SDPA",

@@ -18,11 +18,17 @@ unchanged; calls with an argument SDPA would drop (attention sinks, logit softca
 for the attention weights, or an argument this glue does not know) go to the model's own eager
 attention function, with the mask in the additive form eager expects.
 
+Head dims: every (q and k, v) pair the final forward stage serves (its supports.head_dims: 64, 96,
+128, 256, and q/k 192 with v 128 as DeepSeek's MLA prefill passes it); the output has v's head dim,
+and the default scale is 1/sqrt(q's). Another head dim falls back with a reason naming those served.
+
 Training (``model.train()``, a loss's ``.backward()``): a call that needs a gradient (grad mode on,
-an input that requires grad) is served like any other, and its gradients come from hopattn's
-backward (kernels/attention_backward/, through hopattn.attention's autograd). What the forward
-cannot serve falls back as in inference; so does attention dropout, which transformers passes only
-in training (``attention_dropout`` > 0 with ``model.train()``): SDPA applies it, as the model asked.
+an input that requires grad) is served like any other where hopattn's backward serves its head dim
+(kernels/attention_backward/, through hopattn.attention's autograd: head dim 128), and its gradients
+come from that backward; at another head dim it goes to SDPA ("gradient needed at head dim N (the
+backward serves 128)"), whose gradient it gets. What the forward cannot serve falls back as in
+inference; so does attention dropout, which transformers passes only in training
+(``attention_dropout`` > 0 with ``model.train()``): SDPA applies it, as the model asked.
 ``register(deterministic=True)`` gives gradients identical bit for bit run to run (hopattn's
 backward without atomics); the default, None, follows ``torch.use_deterministic_algorithms``, and a
 model that passes ``deterministic=True`` to its attention gets it too. Gradient checkpointing works
@@ -96,7 +102,7 @@ def make_attention_function(kernel: Kernel, strict: bool, deterministic: bool | 
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         causal, keys, reason, target = _plan(module, query, key, attention_mask, dropout, is_causal, kwargs)
-        shape = routing.shape_of(LIBRARY, query, key[:, :, :keys], causal, "bhsd")
+        shape = routing.shape_of(LIBRARY, query, key[:, :, :keys], causal, "bhsd", v=value)
         grad = routing.needs_grad(query, key, value)
         exact = routing.wants_deterministic(deterministic) or bool(kwargs.get("deterministic"))
         reason = reason or kernel.unsupported(query, key, value, causal, grad=grad, deterministic=exact)
