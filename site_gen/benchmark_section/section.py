@@ -10,7 +10,7 @@ def stage_section(stage, prev, hashes, all_results: list) -> str:
     for nums in all_results:
         table = tables.stage_table(stage, prev, hashes, nums)
         if table:
-            head = f"**{nums.gpu_name}**\n\n" if len(all_results) > 1 else f"Measured on {nums.gpu_name}; bf16, head dim 128, TFLOP/s = 4·B·H·L²·D / time (halved for causal). Environment: [overview](../index.md#environment).\n\n"
+            head = f"**{nums.gpu_name}**\n\n" if len(all_results) > 1 else f"Measured on {nums.gpu_name}; bf16, head dim 128 unless the shape names another (`d64`; `d192v128`: 192 for Q and K, 128 for V), TFLOP/s = 2·B·H·Lq·Lk·(D + Dv) / time (halved for causal). Environment: [overview](../index.md#environment).\n\n"
             parts.append(head + table)
     if not parts:
         return "No measurements of this stage yet: run the benchmark (`nox -s bench`) on a GPU.\n"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import files
+from .shapes import KNOWN_SHAPES
 from .fields import Checker, is_int, is_num, is_text, nonneg_num, pos_int, pos_num
 
 SCHEMA_VERSION = 2  # 2: the backward section
@@ -363,7 +364,9 @@ def write_merged(new: dict, path, log=print) -> Path:
 
 # --- reading for display -----------------------------------------------------------------------
 
-SHAPE_ORDER = ("4k", "8k", "16k")  # the harness's shapes, smallest first; others follow by name
+SHAPE_ORDER = ("4k", "8k", "16k")  # the harness's shapes, smallest first; the others follow
+# in the order the harness declares them (the head-dim shapes by head dim), unknown names last by name
+_DECLARED = {name: i for i, name in enumerate(KNOWN_SHAPES)}
 
 
 @dataclass(frozen=True)
@@ -402,7 +405,7 @@ class GpuResults:
     def shapes(self) -> list[str]:
         found = {k[2] for k in self.by_key}
         known = [s for s in SHAPE_ORDER if s in found]
-        return known + sorted(found - set(known))
+        return known + sorted(found - set(known), key=lambda s: (_DECLARED.get(s, len(_DECLARED)), s))
 
     def stage(self, stage_id: str, shape: str, causal: bool) -> dict | None:
         return self.by_key.get(("stage", stage_id, shape, causal))
