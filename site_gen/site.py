@@ -219,9 +219,19 @@ def _render_rmsnorm(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
 
 def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
     """Part II's other lineages (the RMSNorm backward, the softmax, the softmax backward): a page per
-    stage (<folder>/NN-slug.md), of the RMSNorm forward's form without its figures (pages/part_ii.py)."""
+    stage (<folder>/NN-slug.md), of the RMSNorm forward's form without its figures (pages/part_ii.py), its
+    numbers from bench/results/<folder> with the lineage's climb."""
     root = inp.root
     for folder, stages in inp.part_ii.items():
+        lin, results = part_ii.BY_FOLDER[folder], inp.part_ii_results.get(folder, [])
+        climb_md = ""
+        with naming(f"the {lin.label} climb", root / "bench" / "results" / folder, root):
+            chart = part_ii.climb(lin, stages, results)
+            if chart is not None:
+                site.add_asset(part_ii.chart_path(lin), chart.standalone)
+                climb_md = site.add_fragment(chart.id, figure(chart.id, chart.svg, chart.caption, chart.title,
+                                                              "../../" + part_ii.chart_path(lin), kind="chart",
+                                                              scroll=True))
         for i, s in enumerate(stages):
             prev = stages[i - 1] if i else None
             nxt = stages[i + 1] if i + 1 < len(stages) else None
@@ -235,8 +245,9 @@ def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
                                                         memory_bound=True)
                 compiler_md += "\n" + part_ii.instances_md(s, facts)
             with naming(f"the benchmark section of {label}", root / "bench" / "results" / folder, root):
-                benchmark_md = part_ii.benchmark_md(s, root)
-                headline_md = site.add_fragment(f"headline-{folder}-{s.name}", part_ii.headline_md())
+                current = s.source_hash()
+                benchmark_md = part_ii.benchmark_md(s, prev, current, results, climb_md)
+                headline_md = site.add_fragment(f"headline-{folder}-{s.name}", part_ii.headline_md(s, current, results))
             with naming(f"the page of {label}", s.notes_path, root):
                 site.pages[part_ii.page_path(s)] = part_ii.stage_page(
                     s, prev, nxt, diff_html=diff_md, compiler_md=compiler_md, benchmark=benchmark_md,
@@ -358,6 +369,7 @@ def _overview(inp: inputs.Inputs, site: Site, cache: DiskCache) -> str:
         numbers_md=tables.overview_tables(inp.stages, inp.hashes, main) if main else "",
         chart=chart_md,
         users_md=tables.users_tables(inp.stages, inp.hashes, main) if main else "",
+        head_dims_md=tables.head_dim_tables(inp.stages, inp.hashes, main) if main else "",
         environment_md="\n".join(f"**{n.gpu_name}** (`bench/results/{n.gpu}.json`)\n\n"
                                  + tables.environment(n, inp.hashes) for n in inp.results),
         compiler_md=compiler_overview.overview_table(inp.stages, inp.facts_of),

@@ -124,6 +124,23 @@ def test_users_shapes_table():
     assert ("wrong" in md) == bool(wrong)  # a wrong result says so instead of a number
 
 
+def test_head_dims_have_a_view_of_their_own():
+    real = lineage.discover()
+    nums = results.load_indexed(lineage.ATTENTION_DIR.parent.parent / "bench" / "results")[0]
+    hashes = {s.id: s.source_hash() for s in real}
+    md = tables.head_dim_tables(real, hashes, nums)
+    measured = [sh for sh in nums.shapes() if "-d" in sh]
+    assert measured, "the committed record has head-dim points"
+    rows = [line.split("|")[1].strip(" `") for line in md.splitlines() if line.startswith("| `")]
+    half = rows[:len(rows) // 2]  # the non-causal table; the causal one repeats the shapes
+    assert half == measured and rows[len(rows) // 2:] == measured
+    dims = [int(sh.split("-d")[1].split("v")[0]) for sh in measured]
+    assert dims == sorted(dims), "the head dims in order, 64 first"
+    assert "head dim 192 (v 128)" in md and "D192 Dv128" in md
+    assert "(stages/24-head-dims.md)" in md and "(stages/21-deferred-max.md)" not in md
+    assert not any(f"`{sh}`" in tables.users_tables(real, hashes, nums) for sh in measured)  # not among the users' shapes
+
+
 def test_environment_names_gpu_and_software(inputs):
     _, nums, hashes = inputs
     env = tables.environment(nums)

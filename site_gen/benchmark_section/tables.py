@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hopattn.records import results
 from hopattn.records.results import GpuResults
-from hopattn.records.shapes import ALL_SHAPES
+from hopattn.records.shapes import ALL_SHAPES, HEAD_DIM_SHAPES
 
 from .headline import PEER_NAMES, best_peer
 
@@ -91,7 +91,17 @@ def overview_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
 
 def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
     """The shapes users run beyond 4k, 8k and 16k, for the stages that ran them and the reference peers."""
-    shapes = [sh for sh in nums.shapes() if sh not in CORE]
+    return _shape_tables(stages, hashes, nums, [sh for sh in nums.shapes() if sh not in CORE and sh not in HEAD_DIM_SHAPES])
+
+
+def head_dim_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
+    """The head-dim points (4k/8k/16k at H·D = 2048, head dims 64 to 256), for the stages that ran them
+    and the reference peers: the overview's head-dim view."""
+    return _shape_tables(stages, hashes, nums, [sh for sh in nums.shapes() if sh in HEAD_DIM_SHAPES])
+
+
+def _shape_tables(stages, hashes: dict[str, str], nums: GpuResults, shapes: list[str]) -> str:
+    """A table per mask of ``shapes``: each stage that ran any of them and each reference peer."""
     ran = [s for s in stages if any(_ok(nums.stage(s.id, sh, cz)) for sh in shapes for cz in (False, True))]
     if not shapes or not ran:
         return ""
@@ -133,7 +143,7 @@ def users_tables(stages, hashes: dict[str, str], nums: GpuResults) -> str:
 
 def _what(shape: str, entry: dict | None) -> str:
     """The shape's reason for being in the set (hopattn.records.shapes) and its dimensions."""
-    known = ALL_SHAPES.get(shape)
+    known = ALL_SHAPES.get(shape) or HEAD_DIM_SHAPES.get(shape)
     if known is not None:
         return f"{known.what}: {known.describe()}" if known.what else known.describe()
     if entry is None:

@@ -50,7 +50,7 @@ bytes per element; their numbers are GB/s against the copy ceiling timed in the 
 
 
 def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: str, compiler_md: str,
-               gpu_name: str | None, reading_guide: str | None = None, users_md: str = "",
+               gpu_name: str | None, reading_guide: str | None = None, users_md: str = "", head_dims_md: str = "",
                model_md: str = "", backward=(), backward_md: str = "", part_ii=()) -> str:
     act_v = (f" Its backward, [Act V](#backward), is a lineage of {len(backward)} stage"
              f"{'s' if len(backward) != 1 else ''} of its own.") if backward else ""
@@ -79,6 +79,12 @@ def index_page(stages, *, numbers_md: str, chart: str | None, environment_md: st
         parts.append("Beyond 4k, 8k and 16k: a single long sequence, short sequences in a large batch, odd lengths, "
                      "few queries over many keys, BSHD input and grouped-query heads, for the stages with the whole "
                      "contract (any length, BSHD, causal) and the reference peers.\n\n" + users_md)
+    if head_dims_md:
+        parts.append("## Every head dim {#head-dims}\n")
+        parts.append("Head dims 64, 96, 128, 192 (Q and K; V 128, DeepSeek's MLA prefill) and 256, at H·D = 2048 as "
+                     "in the FlashAttention-3 paper, for the stages that serve them (stage 24 on; earlier stages "
+                     "serve 128) and the reference peers. TFLOP/s = 2·B·H·Lq·Lk·(D + Dv) / time, halved for "
+                     "causal.\n\n" + head_dims_md)
     if backward:
         parts.append("## Act V: the backward pass {#backward}\n")
         parts.append(BACKWARD.format(first=f"Backward {backward[0].id} · {backward[0].title.split(':')[0]}",

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import files
-from .shapes import KNOWN_SHAPES
 from .fields import Checker, is_int, is_num, is_text, nonneg_num, pos_int, pos_num
+from .shapes import KNOWN_SHAPES
 
 SCHEMA_VERSION = 2  # 2: the backward section
 READABLE_VERSIONS = (1, 2)
