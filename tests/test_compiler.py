@@ -273,6 +273,9 @@ def test_dynamic_smem_from_describe_kernel():
     assert producer.dynamic_smem(src) == (132096, "SMEM_BYTES")
     assert cpp.evaluate("(1 << 10) / 3", {}) == 341
     assert cpp.evaluate("foo(3)", {}) is None
+    # a constexpr broken over lines, with comments (backward stages 05 and 06's SMEM_BYTES)
+    assert cpp.evaluate("2 * A +\n    B /* the tiles */ + 4  // + the key block\n", {"A": 3, "B": 8}) == 18
+    assert cpp.constants("constexpr int A = 3;\nconstexpr int S = 2 * A +\n    8 + 4;  // + 4\n") == {"A": 3, "S": 18}
     assert producer.dynamic_smem("describe_kernel(k, 128, UNKNOWN, 64, 64, i, e, n)") == (None, "UNKNOWN")
 
 

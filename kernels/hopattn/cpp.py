@@ -17,6 +17,7 @@ _CONSTEXPR_RE = re.compile(
     r"([A-Za-z_]\w*)\s*=\s*([^;{}]+);")
 _SIZEOF = {"bf16": 2, "__nv_bfloat16": 2, "half": 2, "__half": 2, "float": 4, "int": 4,
            "uint32_t": 4, "uint64_t": 8, "int64_t": 8, "double": 8}
+_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _SIZEOF_RE = re.compile(r"sizeof\s*\(\s*([A-Za-z_]\w*)\s*\)")
 _SUFFIX_RE = re.compile(r"\b(\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
 _CAST_RE = re.compile(r"static_cast\s*<\s*\w+\s*>")
@@ -26,7 +27,9 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 
 
 def evaluate(expr: str, env: dict[str, int]) -> int | None:
-    """An integer C expression over known constants, or None when it is anything else."""
+    """An integer C expression over known constants, or None when it is anything else. It may span
+    lines (a constexpr broken after an operator), its comments left out."""
+    expr = " ".join(_COMMENT_RE.sub(" ", expr).split())
     text = _SIZEOF_RE.sub(lambda m: str(_SIZEOF.get(m.group(1), "?")), expr)
     text = _CAST_RE.sub("", _SUFFIX_RE.sub(r"\1", text))
     # C integer division truncates; all of these are non-negative, where floor division agrees.
