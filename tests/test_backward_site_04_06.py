@@ -1,16 +1,14 @@
-"""The drafted backward stages 04-06 (research/backward_next/) as their pages will draw them the day
-they join the lineage: assembled beside the lineage as tests/test_backward_draft.py does (or, once
-they have joined, the lineage itself), discovered as stages and drawn. What their figures say —
-dQ through a shared tile and one bulk reduce-add per warpgroup and step into an accumulator in
-block order; the deterministic mode as stage 02's pass (04) or as turns in key-block order (05,
-06); 06's producer and consumers — is derived from their stage.toml, and checked here against the
-specs and the kernels. Stages 01-03's figures do not change with the drafts beside them."""
+"""Backward stages 04-06 on the site: their figures and pages, drawn from the lineage
+(kernels/attention_backward/). What their figures say — dQ through a shared tile and one bulk
+reduce-add per warpgroup and step into an accumulator in block order; the deterministic mode as
+stage 02's pass (04) or as turns in key-block order (05, 06); 06's producer and consumers — is
+derived from their stage.toml, and checked here against the specs and the kernels. Stages 01-03's
+figures do not change with 04-06 beside them (tests/test_backward_site.py pins their hashes)."""
 
 from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 from conftest import make_site
@@ -25,35 +23,32 @@ from site_gen.diagrams.backward.operands import plan
 from site_gen.diagrams.svg import text_problems
 from site_gen.pages import backward as page
 
-WAITING = Path(__file__).resolve().parent.parent / "research" / "backward_next"
-DRAFTS = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
+STAGES = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
 
 
-def joined() -> bool:
-    """The drafts have joined the lineage (then they are tested there)."""
-    return len(lineage.discover(lineage.BACKWARD_DIR)) >= 6
-
-
-def assemble(kernels: Path, forward_common: bool = True) -> Path:
-    """kernels/attention/common, the backward lineage (all of it), the drafts' headers in its common/
-    and the three drafts, under ``kernels``: the backward lineage as it will be. Returns its folder."""
-    if forward_common:
+def copy_lineage(kernels, names=None):
+    """The backward lineage (its common/ and the stages ``names``, default all) under ``kernels``, beside
+    the forward's common/ (its headers include abi.h), with the stages' committed compiler facts.
+    Returns its folder."""
+    if not (kernels / "attention" / "common").is_dir():
         shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
     dest = kernels / lineage.BACKWARD_DIR.name
-    shutil.copytree(lineage.BACKWARD_DIR, dest)
-    if not joined():
-        for header in sorted((WAITING / "common").glob("*.cuh")):
-            shutil.copy(header, dest / "common")
-        for name in DRAFTS:
-            shutil.copytree(WAITING / name, dest / name)
+    shutil.copytree(lineage.BACKWARD_DIR / "common", dest / "common")
+    stages = [s for s in lineage.discover(lineage.BACKWARD_DIR) if names is None or s.dir.name in names]
+    for s in stages:
+        shutil.copytree(s.dir, dest / s.dir.name)
+    folder = compiler_facts.folder_for(dest)
+    folder.mkdir(parents=True)
+    for s in stages:
+        shutil.copy(compiler_facts.path_for(s), folder)
     return dest
 
 
 @pytest.fixture(scope="module")
-def stages(tmp_path_factory) -> list[lineage.Stage]:
-    if joined():
-        return lineage.discover(lineage.BACKWARD_DIR)
-    return lineage.discover(assemble(tmp_path_factory.mktemp("drafts") / "kernels"))
+def stages() -> list[lineage.Stage]:
+    found = lineage.discover(lineage.BACKWARD_DIR)
+    assert [s.dir.name for s in found[3:6]] == list(STAGES)
+    return found
 
 
 def _named(stages, slug):
@@ -83,7 +78,7 @@ def _text(svg: str) -> str:
 # --- the dQ path, from the spec and as the kernel has it ------------------------------------------
 
 
-def test_the_dq_path_of_the_drafts_comes_from_their_specs(four, five, six):
+def test_the_dq_path_of_stages_04_to_06_comes_from_their_specs(four, five, six):
     for stage in (four, five, six):
         path = bwd.dq_path(stage)
         b = path.bulk
@@ -296,7 +291,7 @@ def test_the_timelines_say_what_they_leave_out(four, five, six, stages):
     assert all("atomics" not in caps[s.id] for s in (four, five, six))
 
 
-def test_the_drafts_figures_are_legible_and_stable(four, five, six, stages):
+def test_stages_04_to_06_figures_are_legible_and_stable(four, five, six, stages):
     for stage in (four, five, six):
         drawn = backward_diagrams(stage, stages)
         assert [d.svg for d in backward_diagrams(stage, stages)] == [d.svg for d in drawn]
@@ -308,8 +303,9 @@ def test_the_drafts_figures_are_legible_and_stable(four, five, six, stages):
                 assert text_problems(d.svg, d.width, d.height) == [], d.id
 
 
-def test_stages_01_to_03_figures_are_the_same_with_the_drafts_beside_them(stages):
-    alone = lineage.discover(lineage.BACKWARD_DIR)[:3]
+def test_stages_01_to_03_figures_are_the_same_with_04_to_06_beside_them(stages, tmp_path):
+    alone = lineage.discover(copy_lineage(tmp_path / "kernels", [s.dir.name for s in stages[:3]]))
+    assert [s.dir.name for s in alone] == [s.dir.name for s in stages[:3]]
     for mine, theirs in zip(alone, stages[:3]):
         assert [(d.svg, d.caption) for d in backward_diagrams(mine, alone)] == \
             [(d.svg, d.caption) for d in backward_diagrams(theirs, stages)]
@@ -320,18 +316,13 @@ def test_stages_01_to_03_figures_are_the_same_with_the_drafts_beside_them(stages
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    """A fixture site with the backward lineage as it will be (the drafts without compiler facts yet)."""
+    """A fixture site with the whole backward lineage and its compiler facts."""
     root = make_site(tmp_path_factory.mktemp("site") / "repo")
-    dest = assemble(root / "kernels", forward_common=False)
-    folder = compiler_facts.folder_for(dest)
-    folder.mkdir(parents=True)
-    for s in lineage.discover(lineage.BACKWARD_DIR):
-        if compiler_facts.path_for(s).is_file():
-            shutil.copy(compiler_facts.path_for(s), folder)
+    copy_lineage(root / "kernels")
     return site.generate(root)[0]
 
 
-def test_the_drafts_pages(pages, four, five, six):
+def test_stages_04_to_06_pages(pages, four, five, six):
     for stage, lead in ((four, "dq"), (five, "dq"), (six, "roles")):
         text = pages.pages[f"backward/{stage.name}.md"]
         assert f"fig-b{stage.id}-{lead}" in text[:text.index("## Diagrams")]  # the figure of its change on top

@@ -1,0 +1,142 @@
+"""Backward stages 04, 05 and 06 as the lineage has them (kernels/attention_backward/, with the
+headers they introduced, common/bulk_reduce.cuh and common/bulk_copy.cuh): read as stages (their
+stage.toml checked as the lineage's are) and compiled with the project's flags (nvcc, no GPU), what
+their notes say the compiler made of them must stay true — no spills, no wgmma waits injected by
+ptxas, one bulk reduce-add and no vector reductions in the main kernel, shared memory as the spec's
+buffers add up; stage 05 without the second pass's kernel and with the deterministic mode's spin and
+count (the turn counters count down from the last key block: a REDG adding -1); stage 06's producer
+and consumers with their register budgets (setmaxnreg 24 and 240)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from hopattn import build, cuda_tools, lineage
+from hopattn.records import compiler_facts
+
+pytestmark = pytest.mark.nvcc
+
+STAGES = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
+# Per stage: the bulk reduce-adds in the main kernel's SASS, and its registers as ptxas reports them (the
+# notes': 04 246, 05 255, 06 168 at launch, 65536 / 384 rounded down, before setmaxnreg).
+REDUCE_ADDS = {"04_dq-bulk-reduce": 1, "05_ordered-dq": 1, "06_warp-specialized": 1}
+REGISTERS = {"04_dq-bulk-reduce": 246, "05_ordered-dq": 255, "06_warp-specialized": 168}
+
+
+def _stage(name: str) -> lineage.Stage:
+    found = [s for s in lineage.discover(lineage.BACKWARD_DIR) if s.dir.name == name]
+    assert found, f"backward stage {name} is not in {lineage.BACKWARD_DIR}"
+    return found[0]
+
+
+def _tool_or_skip(name: str) -> str:
+    try:
+        return cuda_tools.require(name)
+    except cuda_tools.ToolError as err:
+        pytest.skip(str(err))
+
+
+def test_stages_04_to_06_read_as_the_lineage_s_next_stages():
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    assert [s.dir.name for s in stages[3:6]] == list(STAGES)
+    three = stages[2]
+    four, five, six = (_stage(name) for name in STAGES)
+    assert [s.number for s in (three, four, five, six)] == [3, 4, 5, 6]
+    for stage in (four, five, six):
+        assert (stage.block_m, stage.block_n) == (64, 128) and stage.deterministic
+    for stage in (four, five):
+        assert stage.threads == 256
+    assert four.smem_bytes == three.smem_bytes + 2 * 64 * 64 * 4  # stage 03's buffers + two dQ tiles
+    assert five.smem_bytes == four.smem_bytes + 4  # + the CTA's key block (a ticket when deterministic)
+    assert "dq_kernel" in four.kernel_path.read_text() and "dq_kernel" not in five.kernel_path.read_text()
+    # 06: a producer warpgroup of 24 registers and two consumers of 240, two more dQ tiles, the statistics
+    assert six.threads == 384 and [(r.name, r.registers) for r in six.roles] == [("producer", 24), ("consumer", 240)]
+    assert six.smem_bytes == five.smem_bytes + 2 * 64 * 64 * 4 + 2 * 2 * 64 * 4 + 10 * 8  # + tiles, statistics, barriers
+
+
+def test_the_committed_compiler_facts_have_the_spec_s_shared_memory():
+    """Each backward stage's compiler facts (kernels/compiler_facts/attention_backward/) hold the
+    dynamic shared memory its describe_kernel launches with (a constexpr over lines, as 05's and
+    06's SMEM_BYTES, included) and it is the spec's buffers' sum; no spills."""
+    for stage in lineage.discover(lineage.BACKWARD_DIR):
+        facts = json.loads(compiler_facts.path_for(stage).read_text())
+        assert facts["dynamic_smem"] is not None, stage.name
+        assert facts["dynamic_smem"] + facts["static_smem"] == stage.smem_bytes, stage.name
+        if stage.number >= 3:  # 01 and 02 spill a few bytes of addresses (their notes)
+            assert (facts["spill_stores"], facts["spill_loads"]) == (0, 0), stage.name
+        if stage.dir.name in REGISTERS:
+            assert facts["registers"] == REGISTERS[stage.dir.name], stage.name
+
+
+def test_the_deterministic_order_runs_from_the_last_key_block_down():
+    """05 and 06: the preprocess starts each turn counter at the query block's last key block, a
+    reduce-add's completion counts it down, and a CTA's key block is the last one less its ticket."""
+    for name in STAGES[1:]:
+        kernel = _stage(name).kernel_path.read_text()
+        assert "const int first_turn = last_key_block(row, p.len_q, p.len_k, p.causal != 0);" in kernel, name
+        assert "red_release_gpu_add(turn, -1);" in kernel, name
+        assert "red.release.gpu.global.add.s32" in kernel, name
+        assert re.search(r"int\(gridDim\.x\) - 1 - atomicAdd\(key_block_tickets\(p\)", kernel), name
+
+
+def _added_by_the_count(dump: str) -> int:
+    """The value the turn count's REDG.E.ADD.S32 adds: the immediate its source register was last
+    set to before it (IMAD.MOV.U32 Rn, RZ, RZ, imm or MOV Rn, imm)."""
+    lines = [line for line in dump.splitlines() if "/*" in line]
+    at = next(i for i, line in enumerate(lines) if "REDG.E.ADD.S32.STRONG.GPU" in line)
+    register = re.search(r"REDG\.E\.ADD\.S32\.STRONG\.GPU\s+\S+,\s*(R\d+)\s*;", lines[at]).group(1)
+    for line in reversed(lines[:at]):
+        code = line.split("*/", 1)[1].split(";")[0].strip() if "*/" in line else ""
+        if m := re.match(rf"(?:@!?P\d\s+)?(?:IMAD\.MOV\.U32|MOV)\s+{register},\s*(?:RZ,\s*RZ,\s*)?(-?0x[0-9a-f]+)$", code):
+            value = int(m.group(1), 16)
+            return value - (1 << 32) if value >= 1 << 31 else value
+        if re.match(rf"\S+\s+{register}\b", code):
+            raise AssertionError(f"{register} is set by {code!r} before the count")
+    raise AssertionError(f"no write of {register} before the count")
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_the_stage_compiles_as_its_notes_say(tmp_path, name):
+    nvcc, cuobjdump = _tool_or_skip("nvcc"), _tool_or_skip("cuobjdump")
+    stage = _stage(name)
+    flags = [f for f in build.nvcc_flags(stage) if f not in ("-shared", "-Xcompiler=-fPIC,-fvisibility=hidden")]
+    fatbin = tmp_path / f"{name}.fatbin"
+    run = subprocess.run([nvcc, *flags, "-fatbin", "-o", str(fatbin), str(stage.kernel_path)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ptxas = run.stdout + run.stderr
+    assert "C7517" not in ptxas and "C7519" not in ptxas, "ptxas injected waits on the wgmmas in flight"
+    main = ptxas[ptxas.index("Compiling entry function '_Z11dkdv_kernel"):]
+    main = main[:main.index("Compiling entry function", 10)] if "Compiling entry function" in main[10:] else main
+    assert "0 bytes spill stores, 0 bytes spill loads" in main, main
+    assert int(re.search(r"Used (\d+) registers", main).group(1)) == REGISTERS[name]
+    dump = subprocess.run([cuobjdump, "-sass", "-fun", "dkdv_kernel", str(fatbin)], capture_output=True,
+                          text=True).stdout
+    if "Function" not in dump:  # older cuobjdump: no -fun filter by the plain name
+        dump = subprocess.run([cuobjdump, "-sass", str(fatbin)], check=True, capture_output=True, text=True).stdout
+        dump = dump[dump.index("Function : _Z11dkdv_kernel"):]
+        dump = dump[:dump.index("Function :", 10)] if "Function :" in dump[10:] else dump
+    assert dump.count("UBLKRED.G.S.ADD.F32") == REDUCE_ADDS[name]
+    assert "REDG.E.ADD.F32" not in dump and "SHFL" not in dump
+    # the deterministic mode's turn: stage 05's spin and count (the count adds -1 now), none in stage 04
+    turn = "NANOSLEEP" in dump and "REDG.E.ADD.S32.STRONG.GPU" in dump
+    assert turn == (name != "04_dq-bulk-reduce")
+    if turn:  # one count, of -1 (the register it adds was last set to -1), and one ticket
+        assert dump.count("REDG.E.ADD.S32") == 1 and dump.count("ATOMG.E.ADD") == 1
+        assert _added_by_the_count(dump) == -1
+    else:
+        assert "REDG" not in dump and "ATOMG" not in dump
+    assert ("LDG.E.STRONG.GPU" in dump) == turn  # the spin's read of the counter
+    if name == "06_warp-specialized":
+        assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL\s+0x18\b", dump)  # 24 registers
+        assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL\s+\w+,\s*0xf0\b", dump)  # 240 registers
+        # the load warp's 8 TMA loads and 2 bulk copies (lse₂, D), the statistics read from shared memory,
+        # the consumers' two named barriers of 256 threads
+        assert (dump.count("UTMALDG.4D"), dump.count("UBLKCP.S.G"), dump.count("LDS.64")) == (8, 2, 16)
+        assert re.search(r"BAR\.SYNC\S*\s+0x1, 0x100\b", dump) and re.search(r"BAR\.SYNC\S*\s+0x2, 0x100\b", dump)
+    else:  # dQ's share into its tile (8 STS.128 a thread) between two barriers of its warpgroup's 128 threads
+        assert dump.count("STS.128") == 8 and len(re.findall(r"BAR\.SYNC\S*\s+R\d+, 0x80\b", dump)) == 2
+    assert dump.count("HGMMA.64x64x16") == 24 and dump.count("HGMMA.64x128x16") == 8
