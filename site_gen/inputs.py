@@ -10,7 +10,7 @@ The backward's stages are kept apart from the forward's (``backward``, ``backwar
 nothing keyed by a stage's id or name mixes them (nor do their traces, ``backward_traces``); so are Part II's (``rmsnorm``, typed by
 hopattn.rowwise, with its own hashes, facts and results), and Part II's other lineages' (``part_ii``:
 the RMSNorm backward's, the softmax's and the softmax backward's stages by lineage folder, with their
-facts in ``part_ii_facts``).
+facts in ``part_ii_facts`` and their records, bench/results/<folder>, in ``part_ii_results``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Inputs:
     # Part II's other lineages, by folder (rmsnorm_backward, softmax, softmax_backward), and their facts by stage name
     part_ii: dict[str, list[rowwise.RowStage]] = field(default_factory=dict)
     part_ii_facts: dict[str, dict[str, tuple[dict | None, str | None]]] = field(default_factory=dict)
+    part_ii_results: dict[str, list[rowwise_results.RowResults]] = field(default_factory=dict)  # bench/results/<folder>
 
     @property
     def trace_gpu(self) -> str | None:
@@ -115,4 +116,5 @@ def load(root: Path) -> Inputs:
                   rmsnorm_facts={s.name: _facts(s) for s in rmsnorm},
                   rmsnorm_results=rowwise_results.load_all(root / "bench" / "results" / "rmsnorm") if rmsnorm else [],
                   part_ii=part_ii,
-                  part_ii_facts={name: {s.name: _facts(s) for s in found} for name, found in part_ii.items()})
+                  part_ii_facts={name: {s.name: _facts(s) for s in found} for name, found in part_ii.items()},
+                  part_ii_results={name: rowwise_results.load_all(root / "bench" / "results" / name) for name in part_ii})

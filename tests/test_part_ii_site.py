@@ -1,7 +1,7 @@
 """Part II's other lineages on the site: a page per stage of the RMSNorm backward, the softmax and the
 softmax backward (/<lineage>/NN-slug/) with the RMSNorm forward's anchors, its change, notes, diff
 against the previous stage of the same lineage, compiler facts by template instance and the
-not-measured benchmark section; no figures (their specs have no [[config]]); the nav after the
+benchmark section (the not-measured state, and the committed H200 records with the lineage's climb); no figures (their specs have no [[config]]); the nav after the
 RMSNorm forward's pages; the RMSNorm forward's and the attention pages byte-identical beside them;
 determinism."""
 
@@ -134,3 +134,88 @@ def test_without_the_rmsnorm_forward_no_link_to_its_overview(tmp_path):
     out = site.generate(add_part_ii(make_site(tmp_path / "repo")))[0]
     page = out.pages["softmax_backward/02-row-in-registers.md"]
     assert "Part II overview" not in page and "[← Softmax backward 01" in page
+
+
+# --- the measured state: the committed records of the H200 run -----------------------------------
+
+
+def add_records(root, drop: tuple[str, str] | None = None):
+    """The committed bench/results/<folder>/nvidia-h200.json of the three lineages copied into a fixture
+    tree; ``drop``: (folder, arm) whose entries are left out."""
+    import json
+
+    for folder in STAGES:
+        src = lineage.RMSNORM_DIR.parent.parent / "bench" / "results" / folder / "nvidia-h200.json"
+        data = json.loads(src.read_text())
+        if drop and drop[0] == folder:
+            data["entries"] = [e for e in data["entries"] if e["arm"] != drop[1]]
+        dest = root / "bench" / "results" / folder / "nvidia-h200.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    root = add_records(add_part_ii(add_rmsnorm(make_site(tmp_path_factory.mktemp("p2m") / "repo"))))
+    return root, site.generate(root)[0]
+
+
+@pytest.mark.parametrize("folder", list(STAGES))
+def test_a_measured_record_on_every_page(measured, folder):
+    from hopattn.records import rowwise as records
+
+    root, out = measured
+    res = records.load(root / "bench" / "results" / folder / "nvidia-h200.json")
+    for s in STAGES[folder]:
+        page = out.pages[f"{folder}/{s.name}.md"]
+        bench = _section(page, "benchmark")
+        assert "Not measured yet" not in bench
+        assert f"Measured on NVIDIA H200 (run {res.run['date']}, `bench/results/{folder}/nvidia-h200.json`)" in bench
+        for size in res.sizes():
+            e = res.entry(f"stage {s.id}", size)
+            assert f"| {size} | **{e['gbps']:.0f}**" in bench, (s.name, size)
+        assert part_ii.BY_FOLDER[folder].gbps in bench
+        assert ("hd-stale" in bench) == any(records.is_stale(e, s.source_hash()) for e in res.entries
+                                            if e["arm"] == f"stage {s.id}")
+        cards = out.fragments[f"headline-{folder}-{s.name}"]
+        assert "Not measured yet" not in cards and cards.count('<div class="hd-card">') == 4  # 4k, 16k, 64k, 256k
+        assert f"climb-{folder}" in bench  # the lineage's climb, under the table
+    chart = out.assets[f"assets/generated/progression-{folder}.svg"]
+    assert f"The {part_ii.BY_FOLDER[folder].label} climb" in chart and "NVIDIA H200" in chart
+    for size in ("4k", "16k", "64k", "256k"):
+        assert f"{size}: copy {res.entry('copy', size)['gbps']:,.0f}" in chart
+    assert "QuACK" in chart and "Liger" in chart
+
+
+def test_the_numbers_are_the_logs_to_the_third_decimal(measured):
+    """The rows of bench/logs/*-bench-nvidia-h200-20261202T13*.log, as the pages show them: three decimals,
+    so 0.9286 of the copy is not shown as the 0.93 target."""
+    _root, out = measured
+    bench = _section(out.pages["softmax_backward/02-row-in-registers.md"], "benchmark")
+    assert "| 4k | **4402** | 0.1830 | 0.2 % | 1.033× | 1.175× | 2.037× | 0.986× | 1.011× | 1.006× | 1.7e-03 |" in bench
+    bench = _section(out.pages["rmsnorm_backward/06-cluster-exchange-without-fences.md"], "benchmark")
+    assert "| 16k | **3962** | 0.4065 | 1.1 % | 0.929× | 0.996× |" in bench
+    assert "| 256k | **3125** | 0.5153 | 1.1 % | 0.732× | 1.262× |" in bench and "| 1.785× |" in bench
+    bench = _section(out.pages["softmax/04-cluster-rows.md"], "benchmark")
+    assert "| 256k | **2253** | 0.4765 | 1.2 % | 0.531× | 0.827× |" in bench
+    cards = out.fragments["headline-softmax_backward-02-row-in-registers"]
+    assert "4402 <span>GB/s</span>" in cards and "1.033× the copy, same run" in cards
+
+
+def test_a_stage_without_an_entry_says_so_beside_the_measured_ones(tmp_path):
+    root = add_records(add_part_ii(add_rmsnorm(make_site(tmp_path / "repo"))), drop=("softmax", "stage 02"))
+    out = site.generate(root)[0]
+    bench = _section(out.pages["softmax/02-online-max-and-sum.md"], "benchmark")
+    assert "**Not measured yet.**" in bench and "holds no entry of this stage" in bench
+    assert "`bench/results/softmax/nvidia-h200.json`" in bench and part_ii.BY_FOLDER["softmax"].command in bench
+    assert "Not measured yet" in out.fragments["headline-softmax-02-online-max-and-sum"]
+    assert "Measured on NVIDIA H200" in _section(out.pages["softmax/03-row-in-registers.md"], "benchmark")
+    # stage 03's table still compares it with stage 02: the ratio is the run's, in stage 03's entry
+    assert "| vs 02 |" in out.pages["softmax/03-row-in-registers.md"]
+
+
+def test_deterministic_with_records(measured, tmp_path):
+    _root, warm = measured
+    root = add_records(add_part_ii(add_rmsnorm(make_site(tmp_path / "other"))))
+    assert site.generate(root, use_cache=False)[0] == warm

@@ -182,13 +182,13 @@ def test_a_measured_record_on_the_pages_the_overview_and_the_climb(rms_root):
     page = out.pages["rmsnorm/05-cluster-rows.md"]
     bench = page[page.index("## Benchmark {#benchmark}"):]
     assert "Not measured yet" not in bench
-    assert "| 256k | **3570** | " in bench and "| 0.85× | 1.06× | 1.43× | 1.70× | 4.0e-03 |  |" in bench
+    assert "| 256k | **3570** | " in bench and "| 0.850× | 1.062× | 1.428× | 1.700× | 4.0e-03 |  |" in bench
     assert "vs 04 | vs eager | vs Liger |" in bench and "vs QuACK" not in bench  # QuACK did not run
     cards = out.fragments["headline-rmsnorm-05-cluster-rows"]
-    assert "3570 <span>GB/s</span>" in cards and "0.85× the copy, same run" in cards
+    assert "3570 <span>GB/s</span>" in cards and "0.850× the copy, same run" in cards
     assert "**Not measured yet.**" in out.pages["rmsnorm/01-row-per-thread.md"]  # no entry of stage 01
     index = out.pages["rmsnorm/index.md"]
-    assert "climb-rmsnorm" in out.fragments and "**3360**<br><small>0.80× copy</small>" in index
+    assert "climb-rmsnorm" in out.fragments and "**3360**<br><small>0.800× copy</small>" in index
     assert "| *copy (the ceiling)* | *4200* | *4200* | *4200* | *4200* |" in index
     assert "run 2026-12-02T10:00:00Z, commit `000000000000`" in index
     climb = out.assets["assets/generated/progression-rmsnorm.svg"]

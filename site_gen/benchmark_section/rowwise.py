@@ -1,8 +1,9 @@
 """Part II's numbers: each RMSNorm stage's #benchmark section and headline cards, the overview's table
-and the climb (GB/s per stage at each row length against the copy ceiling timed in the same run).
+and the climb (GB/s per stage at each row length against the copy ceiling timed in the same run); the
+same for Part II's other lineages (pages/part_ii.py passes its folder, command and what its GB/s counts).
 
-They come from bench/results/rmsnorm/<gpu>.json (hopattn.records.rowwise, written by
-``python -m bench.rowwise``): one run a file, every ratio taken within it. Where there is no file, or
+They come from bench/results/<folder>/<gpu>.json (hopattn.records.rowwise, written by
+``python -m bench.rowwise`` and its siblings): one run a file, every ratio taken within it. Where there is no file, or
 no entry of a stage, the page says so plainly: "Not measured yet". Pure functions of the records:
 the same numbers give the same bytes.
 """
@@ -34,8 +35,14 @@ def _ok(e) -> bool:
     return e is not None and e.get("status") == "ok"
 
 
+def ratio_text(x: float) -> str:
+    """A ratio as the tables and cards write it: three decimals (the records' precision; two would show
+    0.9286 as 0.93, at the issue's target), one above 10."""
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
 def _ratio(x) -> str:
-    return "–" if x is None else f"{x:.2f}×"
+    return "–" if x is None else f"{ratio_text(x)}×"
 
 
 def _arm(stage) -> str:
@@ -79,20 +86,27 @@ def stage_table(stage, prev, current_hash: str, res) -> str:
     return "\n".join(out)
 
 
-def stage_section(stage, prev, current_hash: str, all_results: list) -> str:
+def stage_section(stage, prev, current_hash: str, all_results: list, *, folder: str = "rmsnorm",
+                  command: str = COMMAND, gbps: str = GBPS, gpu_command: str | None = GPU_COMMAND,
+                  figures: bool = True) -> str:
+    """``folder``, ``command``, ``gbps``: the lineage's results folder, the command that writes them and
+    what its GB/s counts; ``gpu_command``: the script that builds, tests and times in one (None: none);
+    ``figures``: the page has figures drawn from the spec."""
     parts = []
     for res in all_results:
         table = stage_table(stage, prev, current_hash, res)
         if table:
-            parts.append(f"Measured on {res.gpu_name} (run {res.run['date']}, `bench/results/rmsnorm/{res.gpu}.json`); "
-                         f"{GBPS}.\n\n" + table)
+            parts.append(f"Measured on {res.gpu_name} (run {res.run['date']}, `bench/results/{folder}/{res.gpu}.json`); "
+                         f"{gbps}.\n\n" + table)
     if not parts:
-        where = ", ".join(f"`bench/results/rmsnorm/{r.gpu}.json`" for r in all_results) or \
-            "`bench/results/rmsnorm/<gpu>.json`"
-        return (f"**{NOT_MEASURED}.** The record ({where}) holds no entry of this stage: `{COMMAND}` on a GPU "
-                f"times it against the copy ceiling, eager PyTorch, torch.compile, Liger and QuACK in the same run "
-                f"(`{GPU_COMMAND}` builds, tests and times in one command). Until then the figures above are "
-                "the stage's own numbers, and its notes' prediction is a prediction.\n")
+        where = ", ".join(f"`bench/results/{folder}/{r.gpu}.json`" for r in all_results) or \
+            f"`bench/results/{folder}/<gpu>.json`"
+        script = f" (`{gpu_command}` builds, tests and times in one command)" if gpu_command else ""
+        until = ("Until then the figures above are the stage's own numbers, and its notes' prediction is a "
+                 "prediction." if figures else "Until then its notes' prediction is a prediction.")
+        return (f"**{NOT_MEASURED}.** The record ({where}) holds no entry of this stage: `{command}` on a GPU "
+                f"times it against the copy ceiling, eager PyTorch, torch.compile, Liger and QuACK in the same run"
+                f"{script}. {until}\n")
     return "\n".join(parts)
 
 
@@ -117,7 +131,7 @@ def headline(stage, current_hash: str, all_results: list) -> str:
         lines = [f'<div class="hd-card-head">{size}</div>',
                  f'<div class="hd-card-value">{e["gbps"]:.0f} <span>GB/s</span>{stale}</div>']
         if copy:
-            lines.append(f'<div class="hd-card-line">{copy:.2f}× the copy, same run</div>')
+            lines.append(f'<div class="hd-card-line">{ratio_text(copy)}× the copy, same run</div>')
         cards.append('<div class="hd-card">' + "".join(lines) + "</div>")
     where = f'<div class="hd-card-where">{escape(res.gpu_name)}, bf16; <a href="#benchmark">every length</a></div>'
     return '<div class="hd-cards">' + "".join(cards) + where + "</div>"
@@ -133,7 +147,7 @@ def overview_table(stages, hashes: dict[str, str], res) -> str:
             if _ok(e):
                 copy = (e.get("vs") or {}).get("copy")
                 mark = f" {STALE}" if records.is_stale(e, hashes[s.id]) else ""
-                cells.append(f"**{e['gbps']:.0f}**{mark}" + (f"<br><small>{copy:.2f}× copy</small>" if copy else ""))
+                cells.append(f"**{e['gbps']:.0f}**{mark}" + (f"<br><small>{ratio_text(copy)}× copy</small>" if copy else ""))
             else:
                 cells.append("not measured yet" if e is None else e["status"])
         out.append(f"| [{s.id} · {md_cell(s.title.split(':')[0])}]({s.name}.md) | " + " | ".join(cells) + " |")
@@ -201,11 +215,17 @@ def empty_climb(stages) -> Diagram:
     return Diagram("climb-rmsnorm", title, "chart", None, c.tostring(), cap, W, c.height)
 
 
-def climb_diagram(data: dict, gpu_name: str, date: str) -> Diagram | None:
+COUNTS = "GB/s counts one read of x and one write of the output."
+
+
+def climb_diagram(data: dict, gpu_name: str, date: str, *, chart_id: str = "climb-rmsnorm", label: str = "RMSNorm",
+                  counts: str = COUNTS) -> Diagram | None:
     """GB/s per stage at each length, the copy ceiling of the same run dashed at each length, the
-    peers in columns to the right; None while no stage is measured (the page says so)."""
+    peers in columns to the right; None while no stage is measured (the page says so). ``chart_id``,
+    ``label``, ``counts``: the lineage's (the RMSNorm forward's by default)."""
     if not data["series"]:
         return None
+    title = f"The {label} climb: GB/s per stage against the copy"
     values = [v for pts in data["series"].values() for _, v in pts] + list(data["copy"].values())
     values += [v for p in data["peers"].values() for v in p.values()]
     ymax = max(500.0, (int(max(values) / 500) + 1) * 500)
@@ -225,12 +245,12 @@ def climb_diagram(data: dict, gpu_name: str, date: str) -> Diagram | None:
     def y(v):
         return y1 - (y1 - y0) * v / ymax
 
-    desc = (f"GB/s of every measured RMSNorm stage on the {gpu_name} at rows of {', '.join(data['series'])} bf16 "
+    desc = (f"GB/s of every measured {label} stage on the {gpu_name} at rows of {', '.join(data['series'])} bf16 "
             "columns; dashed, the device-to-device copy of the same bytes timed in the same run, at each length; "
             "right of the stages, the peers (eager PyTorch, torch.compile, Liger, QuACK) at each length.")
     height = y1 + below + 110
-    c = Canvas("climb-rmsnorm", W, int(height), "The RMSNorm climb: GB/s per stage against the copy", desc)
-    c.heading("The RMSNorm climb: GB/s per stage against the copy", f" ({gpu_name}, bf16)")
+    c = Canvas(chart_id, W, int(height), title, desc)
+    c.heading(title, f" ({gpu_name}, bf16)")
     for tick in range(0, int(ymax) + 1, 500):
         c.line(x0, y(tick), x1, y(tick), stroke="grid", sw=0.8)
         c.text(x0 - 6, y(tick) + 4, f"{tick:,}", size=12, anchor="end", fill="muted")
@@ -276,6 +296,5 @@ def climb_diagram(data: dict, gpu_name: str, date: str) -> Diagram | None:
            size=12, fill="muted")
     c.height = int(yb + 30)
     cap = (f"One run ({date}): every stage, the copy and the peers timed in it, so each ratio is a same-run ratio. "
-           "GB/s counts one read of x and one write of the output.")
-    return Diagram("climb-rmsnorm", "The RMSNorm climb: GB/s per stage against the copy", "chart", None,
-                   c.tostring(), cap, W, c.height)
+           f"{counts}")
+    return Diagram(chart_id, title, "chart", None, c.tostring(), cap, W, c.height)

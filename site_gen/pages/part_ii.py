@@ -7,18 +7,20 @@ the same lineage.
 Their figures are left out: the RMSNorm forward's (diagrams/rowwise) deal a row out to the stage's
 launch configurations, its ``[[config]]`` tables, and these lineages' stage.toml have none yet
 (hopattn.rowwise_backward, hopattn.softmax_lineage); #diagrams says so rather than drawing numbers the
-spec does not give. No benchmark record exists for them: #benchmark says "Not measured yet" and names
-the command that writes one.
+spec does not give. #benchmark reads the lineage's record, bench/results/<folder>/<gpu>.json (written by
+the command named in LINEAGES), as the RMSNorm forward's does (benchmark_section/rowwise.py): the stage's
+table against the copy of the same run and the peers, its headline cards, and the lineage's climb; where
+there is no record, or no entry of the stage, it says "Not measured yet" and names the command.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 
 from hopattn import rowwise_backward, softmax_lineage
 
+from ..benchmark_section import rowwise as numbers
 from ..compiler_section.changes import spill_bytes
 from ..compiler_section.rowwise import DTYPES, _instance
 from .rowwise import FOLDER as OVERVIEW_FOLDER
@@ -35,15 +37,23 @@ class Lineage:
     discover: object  # () -> its stages (rowwise.RowStage)
     command: str  # what writes its benchmark record
     what: str  # what its GB/s counts
+    gbps: str = ""  # the benchmark table's definition of GB/s
 
 
 LINEAGES = (
     Lineage("rmsnorm_backward", "RMSNorm backward", rowwise_backward.discover, "python -m bench.rowwise_backward",
-            "x and dy read, dx written (the weight, rstd and dw, a row's worth each, not counted)"),
+            "x and dy read, dx written (the weight, rstd and dw, a row's worth each, not counted)",
+            "GB/s = (bytes of x and dy read + bytes of dx written) / median time, bf16, dx and dw computed, the "
+            "weight, rstd and dw not counted; the copy moves as many bytes; ratios are medians of per-round ratios "
+            "within the run (> 1 is faster)"),
     Lineage("softmax", "Softmax", softmax_lineage.discover, "python -m bench.rowwise_softmax --direction forward",
-            "x read and y written"),
+            "x read and y written",
+            "GB/s = (bytes of x read + bytes of y written) / median time, bf16 in and out; ratios are medians of "
+            "per-round ratios within the run (> 1 is faster)"),
     Lineage("softmax_backward", "Softmax backward", softmax_lineage.discover_backward,
-            "python -m bench.rowwise_softmax --direction backward", "y and dy read, dx written"),
+            "python -m bench.rowwise_softmax --direction backward", "y and dy read, dx written",
+            "GB/s = (bytes of y and dy read + bytes of dx written) / median time, bf16; the copy moves as many "
+            "bytes; ratios are medians of per-round ratios within the run (> 1 is faster)"),
 )
 BY_FOLDER = {lin.folder: lin for lin in LINEAGES}
 
@@ -133,25 +143,42 @@ def instances_md(stage, facts: dict | None) -> str:
     return "\n".join([lead, "", *lines, ""])
 
 
-def records_of(root: Path, stage) -> list[Path]:
-    folder = Path(root) / "bench" / "results" / stage.lineage
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+def chart_path(lin: Lineage) -> str:
+    """The standalone file of a lineage's climb."""
+    return f"assets/generated/progression-{lin.folder}.svg"
 
 
-def benchmark_md(stage, root: Path) -> str:
+def climb(lin: Lineage, stages, results: list):
+    """The lineage's climb (GB/s per stage at each length against the copy of the same run, the peers beside),
+    from its main record; None without a record or without a measured stage."""
+    if not results:
+        return None
+    main = results[0]
+    return numbers.climb_diagram(numbers.climb_data(stages, main), main.gpu_name, main.run["date"],
+                                 chart_id=f"climb-{lin.folder}", label=lin.label,
+                                 counts=f"GB/s counts {lin.what}.")
+
+
+def benchmark_md(stage, prev, current_hash: str, results: list, climb_md: str = "") -> str:
+    """The stage's numbers in each record of its lineage (benchmark_section/rowwise.py's table), then the
+    lineage's climb (``climb_md``, its placeholder); "Not measured yet" and the command without a record."""
     lin = lineage_of(stage)
-    found = records_of(root, stage)
-    where = ", ".join(f"`bench/results/{stage.lineage}/{p.name}`" for p in found) or \
-        f"`bench/results/{stage.lineage}/<gpu>.json`"
-    if found:
-        return (f"**{NOT_MEASURED} on this page.** {where} exists, but this page does not draw its numbers yet; "
-                f"`{lin.command}` wrote it.\n")
-    return (f"**{NOT_MEASURED}.** No record ({where}) exists for this lineage: `{lin.command}` on a GPU times "
-            f"every stage against the copy ceiling and its peers in one run (GB/s: {lin.what}). Until then the "
-            "notes' predictions are predictions.\n")
+    if not results:
+        return (f"**{NOT_MEASURED}.** No record (`bench/results/{stage.lineage}/<gpu>.json`) exists for this "
+                f"lineage: `{lin.command}` on a GPU times every stage against the copy ceiling and its peers in one "
+                f"run (GB/s: {lin.what}). Until then the notes' predictions are predictions.\n")
+    table = numbers.stage_section(stage, prev, current_hash, results, folder=lin.folder, command=lin.command,
+                                  gbps=lin.gbps, gpu_command=None, figures=False)
+    if not climb_md:
+        return table
+    return (table + f"\nThe {lin.label} climb: every stage of the same run at 4k, 16k, 64k and 256k against the copy "
+            "of each length (dashed), the peers to the right.\n\n" + climb_md)
 
 
-def headline_md() -> str:
+def headline_md(stage=None, current_hash: str = "", results: list | None = None) -> str:
+    """The cards: GB/s and × the copy at 4k to 256k from the main record, or one card saying it is not measured."""
+    if stage is not None and results:
+        return numbers.headline(stage, current_hash, results)
     return ('<div class="hd-cards"><div class="hd-card hd-card-off"><div class="hd-card-head">'
             f'GB/s, 4k to 256k</div><div class="hd-card-note">{escape(NOT_MEASURED)}</div></div>'
             '<div class="hd-card-where"><a href="#benchmark">why, and how to measure it</a></div></div>')
