@@ -39,7 +39,7 @@ def test_the_recorder_s_spans_and_instants_are_the_ones_the_decoder_expects():
     marks = re.findall(r"bit\(k([a-z_]+)\)", text.split("MARKS =")[1].split(";")[0])
     assert spans == ["wait_kv", "store_dkdv"] and marks == ["load_q", "load_do", "load_kv"]
     # every trace point a backward kernel has names an event of the recorder
-    for path in [*lineage.BACKWARD_DIR.glob("*/kernel.cu"), *(REPO / "research" / "backward_next").glob("*/kernel.cu")]:
+    for path in lineage.BACKWARD_DIR.glob("*/kernel.cu"):
         used = set(re.findall(r"TRACE_(?:BEGIN|END|MARK)\(([a-z_]+)", path.read_text()))
         assert used <= set(traces.BACKWARD_EVENTS), (path, used - set(traces.BACKWARD_EVENTS))
 
@@ -147,10 +147,12 @@ def test_the_build_names_the_backward_s_traced_library_apart(monkeypatch, tmp_pa
 
 
 def test_the_producer_s_command_line():
-    args = trace.parse_args(["--lineage", "backward"])
-    assert [(s.id, c) for s, c in args.plan] == [("03", False), ("03", True)]
+    args = trace.parse_args(["--lineage", "backward"])  # 'all': the stages with trace points, 03 to 06
+    assert [(s.id, c) for s, c in args.plan] == [(f"{n:02d}", c) for n in (3, 4, 5, 6) for c in (False, True)]
     assert [(s.id, c) for s, c in trace.parse_args(["--lineage", "backward", "--stages", "3"]).plan] == \
         [("03", False), ("03", True)]
+    assert [(s.id, c) for s, c in trace.parse_args(["--lineage", "backward", "--stages", "5-6"]).plan] == \
+        [("05", False), ("05", True), ("06", False), ("06", True)]
     for wrong in (["--lineage", "backward", "--stages", "1"], ["--lineage", "backward", "--stages", "9"],
                   ["--lineage", "rmsnorm"]):
         with pytest.raises(SystemExit):
@@ -158,7 +160,7 @@ def test_the_producer_s_command_line():
     forward = trace.parse_args(["--stages", "21-22"])
     assert forward.lineage == "attention" and [(s.id, c) for s, c in forward.plan] == \
         [("21", False), ("21", True), ("22", False), ("22", True)]
-    assert [s.id for s in trace_backward.traced_stages(lineage.discover(lineage.BACKWARD_DIR))] == ["03"]
+    assert [s.id for s in trace_backward.traced_stages(lineage.discover(lineage.BACKWARD_DIR))] == ["03", "04", "05", "06"]
 
 
 def test_the_producer_s_masks():
@@ -176,8 +178,8 @@ def test_the_producer_s_masks():
 
 
 def test_a_warp_specialized_stage_s_roles():
-    class Six:  # research/backward_next/06's roles: a producer warpgroup and two consumers
-        backward, threads = True, 384
-        roles = (lineage.Role("producer", (0, 1, 2, 3), 24, ()), lineage.Role("consumer", tuple(range(4, 12)), 240, ()))
-
-    assert traces.roles(Six) == ["producer"] * 4 + ["consumer0"] * 4 + ["consumer1"] * 4
+    six = next(s for s in lineage.discover(lineage.BACKWARD_DIR) if s.dir.name == "06_warp-specialized")
+    assert six.backward and six.threads == 384  # a producer warpgroup and two consumers
+    assert [(r.name, r.warps, r.registers) for r in six.roles] == [("producer", (0, 1, 2, 3), 24),
+                                                                    ("consumer", tuple(range(4, 12)), 240)]
+    assert traces.roles(six) == ["producer"] * 4 + ["consumer0"] * 4 + ["consumer1"] * 4

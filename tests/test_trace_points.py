@@ -1,10 +1,10 @@
 """Trace points vanish without -DHOPATTN_TRACE: each stage compiles to the same SASS as the same
 source with its trace points deleted, and the traced build compiles (common/trace.cuh, common/trace_recorder.cuh).
 The backward's too (kernels/attention_backward/common/trace_backward.cuh, recorded by its
-trace_recorder_backward.cuh): stage 03 and the drafts of research/backward_next/, assembled beside
-the lineage's headers as tests/test_backward_draft.py does, with and without their trace points;
-and their traced builds compile with the recorder's clock reads and rows, without a wait injected
-on the wgmmas in flight."""
+trace_recorder_backward.cuh): the stages with trace points, 03 to 06, copied with the lineage's
+headers into a temporary tree (beside which their stripped copies are written), with and without
+their trace points; and their traced builds compile with the recorder's clock reads and rows,
+without a wait injected on the wgmmas in flight."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ TRACE_USE = re.compile(r"\bTRACE_(INIT|BEGIN|END|MARK|PARAM|ARG)\b")
 TRACE_ARGS = re.compile(r"\s*\bTRACE_(PARAM|ARG)\b")
 INCLUDE = '#include "../common/trace.cuh"'
 BACKWARD_INCLUDE = '#include "../common/trace_backward.cuh"'
-WAITING = Path(__file__).resolve().parent.parent / "research" / "backward_next"
-DRAFTS = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
+TRACED_STAGES = ("03_wgmma", "04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
 # The traced builds' spills (ptxas, the main kernel): stage 05 runs at 255 registers without them, and
 # the warp's three registers of trace state (next row, end, kinds) push 16 bytes out, reloaded once a
 # step on the TMA-issuing thread's path; stage 06's producer at 24 registers spills 8 bytes in its dQ
@@ -115,16 +114,13 @@ def test_the_stripping_rule_takes_the_backward_s_parameters_out():
 
 
 def _backward_tree(tmp: Path) -> list[lineage.Stage]:
-    """Backward stage 03 and the drafts, assembled as the lineage they will be (the forward's headers,
-    the backward's and the drafts' own, one folder per stage), read as stages."""
+    """The backward stages with trace points, copied as the lineage has them (the forward's headers,
+    the backward's, one folder per stage) under ``tmp``, read as stages."""
     kernels = tmp / "kernels"
     shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
     common = kernels / lineage.BACKWARD_DIR.name / "common"
     shutil.copytree(lineage.BACKWARD_DIR / "common", common)
-    if (WAITING / "common").is_dir():  # (until the drafts join the lineage)
-        shutil.copytree(WAITING / "common", common, dirs_exist_ok=True)
-    stages = [s for s in lineage.discover(lineage.BACKWARD_DIR) if BACKWARD_INCLUDE in s.kernel_path.read_text()]
-    folders = [s.dir for s in stages] + [WAITING / name for name in DRAFTS if (WAITING / name).is_dir()]
+    folders = [s.dir for s in lineage.discover(lineage.BACKWARD_DIR) if BACKWARD_INCLUDE in s.kernel_path.read_text()]
     for folder in folders:
         shutil.copytree(folder, common.parent / folder.name)
     return [lineage.load_stage(common.parent / folder.name) for folder in folders]
@@ -145,7 +141,7 @@ def _fatbin(stage: lineage.Stage, kernel: Path, traced: bool = False) -> tuple[s
 def test_the_backward_stages_compile_to_the_same_sass_with_and_without_trace_points(tmp_path):
     _nvcc_or_skip()
     stages = _backward_tree(tmp_path)
-    assert [s.dir.name for s in stages] == ["03_wgmma", *DRAFTS]
+    assert tuple(s.dir.name for s in stages) == TRACED_STAGES
 
     def compare(stage):
         source = stage.kernel_path.read_text()
@@ -167,6 +163,7 @@ def test_the_backward_stages_compile_to_the_same_sass_with_and_without_trace_poi
 def test_the_backward_traced_builds_record_without_changing_the_wgmma_pipeline(tmp_path):
     _nvcc_or_skip()
     stages = _backward_tree(tmp_path)
+    assert tuple(s.dir.name for s in stages) == TRACED_STAGES == tuple(TRACED_SPILLS)
 
     def traced(stage):
         assert any(f.endswith("trace_recorder_backward.cuh") for f in build.nvcc_flags(stage, traced=True))
