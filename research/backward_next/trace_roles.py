@@ -72,5 +72,66 @@ def main(paths):
                   + ", ".join(f"{k} {v:.0f}" for k, v in ev.items()))
 
 
+
+def tensor_idle(record, warps=(0, 4)):
+    """Within the record's window: the share of time in which neither consumer warpgroup (its first
+    warp stands for it) has a wgmma in flight — from the issue of Sᵀ and dPᵀ (qk) to dPᵀ retired
+    (wait_dp), and from the issue of dV and dK (dvdk) to dQ retired (wait_dq; stage 07: to the next
+    step's Sᵀ issue and dQ retired, the same end). A bubble of the tensor cores at least that long:
+    in flight is not executing."""
+    spans = []
+    for w in warps:
+        ev = sorted((e for e in record["events"] if e[0] == 0 and e[1] == w and e[4] >= 0), key=lambda e: e[5])
+        open_at = None
+        for slot, warp, name, tile, kv, t0, t1 in ev:
+            if name in ("qk", "dvdk") and open_at is None:
+                open_at = t0
+            if name in ("wait_dp", "wait_dq") and open_at is not None:
+                spans.append((open_at, t1))
+                open_at = None
+    if not spans:
+        return None
+    spans.sort()
+    lo, hi = spans[0][0], max(s[1] for s in spans)
+    busy, cur_s, cur_e = 0.0, *spans[0]
+    for s, e in spans[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    return (hi - lo - busy) / (hi - lo), hi - lo
+
+
+def gaps(record, warps=(0, 4), least_ns=20.0):
+    """The windows (of slot 0, in the record's window) in which neither consumer has a wgmma in
+    flight, as (ns, the span that opens it: warpgroup, op, step)."""
+    spans = []
+    for w in warps:
+        ev = sorted((e for e in record["events"] if e[0] == 0 and e[1] == w and e[4] >= 0), key=lambda e: e[5])
+        open_at = None
+        for slot, warp, name, tile, kv, t0, t1 in ev:
+            if name in ("qk", "dvdk") and open_at is None:
+                open_at = (t0, name, kv)
+            if name in ("wait_dp", "wait_dq") and open_at is not None:
+                spans.append((open_at[0], t1, w // 4, open_at[1], open_at[2]))
+                open_at = None
+    spans.sort()
+    out, end = [], spans[0][1] if spans else 0.0
+    for s in spans[1:]:
+        if s[0] > end + least_ns:
+            out.append((s[0] - end, s[2], s[3], s[4]))
+        end = max(end, s[1])
+    return out
+
+
 if __name__ == "__main__":
     main(sys.argv[1:])
+    for path in sys.argv[1:]:
+        record = json.load(open(path))
+        got = tensor_idle(record)
+        if got:
+            print(f"{path}: no wgmma in flight in either consumer {100 * got[0]:.0f} % of {got[1]:.0f} ns (slot 0)")
+            for ns, wg, op, kv in gaps(record):
+                print(f"    {ns:5.0f} ns before consumer {wg}'s {op} of step {kv}")

@@ -452,7 +452,8 @@ __device__ __forceinline__ void issue_dp(float (&dpt)[ST_REGS], const Smem& s, u
 // the prologue computes step 0's, each iteration the rest of step i and the scores of step i + 1,
 // and the last step's rest is peeled off. Registers: dK, dV 128 + dQ 32 + Sᵀ 32 while Sᵀ is in
 // flight beside dQ, 192; the peak stays the softmax's, 224 of 240, as in stage 06. (Sᵀ and dPᵀ
-// both ahead of the stores would hold 224 there, plus the addresses: ptxas spills 256 bytes at 240.)
+// both ahead of the stores would hold 224 there, plus the addresses: ptxas spills 240 bytes at 240
+// and serialises every wgmma, its remark C7512.)
 __device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int key0, int wg TRACE_PARAM) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, group = lane / 4, quad = lane % 4;
     const bool causal = p.causal != 0;
