@@ -2,9 +2,8 @@
 (stages 01-23 and the backward: 128 only), stage 24's kernel has a tile for each (HeadDimTile<D>)
 that fits the shared memory and the register file, and the contract accepts exactly the pairs a
 stage serves, refusing any other with an error that names the head dim, the stage and the stage
-that serves it. CPU only: meta tensors, nothing launched. Stage 24 is read from research/stage24/
-while it waits there (waiting_stages.py); the checks through hopattn.attention need it in the
-lineage and say so when it is not."""
+that serves it, and hopattn.attention (the final stage, 24) serves each. CPU only: meta tensors,
+nothing launched."""
 
 import math
 import shutil
@@ -12,7 +11,6 @@ import sys
 
 import pytest
 from hopattn import lineage
-from waiting_stages import in_lineage, stage
 
 torch = pytest.importorskip("torch", reason="the contract checks need torch (pip install torch)")
 import hopattn  # noqa: E402
@@ -29,15 +27,14 @@ def meta(*shape):
 
 
 @pytest.fixture
-def s24(tmp_path):
-    return stage(24, tmp_path)
+def s24():
+    return lineage.get_stage(24)
 
 
 @pytest.fixture
-def pair(tmp_path):
-    """Stages 23 and 24 as a lineage of two (for the hint naming the stage that serves a head dim)."""
-    a, b = stage(23, tmp_path), stage(24, tmp_path)
-    return a, b, {a.number: a, b.number: b}
+def pair():
+    """Stages 23 and 24 and the lineage (for the hint naming the stage that serves a head dim)."""
+    return lineage.get_stage(23), lineage.get_stage(24), {s.number: s for s in lineage.discover()}
 
 
 # --- what each stage serves -------------------------------------------------------------------
@@ -110,9 +107,9 @@ def test_each_tile_fits_the_shared_memory_and_the_register_file(s24, head_dim):
     assert c["BLOCK_N"] % 16 == 0 and c["BLOCK_N"] <= 256 and c["BLOCK_M"] <= 256
 
 
-def test_the_figures_tile_is_stage_23s(s24, tmp_path):
+def test_the_figures_tile_is_stage_23s(s24):
     """Head dim 128's tile is stage 23's, number for number, and the spec draws it."""
-    ours, theirs = s24.constants(128), stage(23, tmp_path).constants()
+    ours, theirs = s24.constants(128), lineage.get_stage(23).constants()
     for name in ("BLOCK_M", "BLOCK_N", "NUM_THREADS", "KV_STAGES", "Q_STAGES", "SMEM_BYTES", "S_REGS", "O_REGS",
                  "P_REGS", "PRODUCER_REGS", "CONSUMER_REGS", "PINGPONG_BAR", "EPILOGUE_BAR", "SCHED_STAGES"):
         assert ours[name] == theirs[name], name
@@ -192,14 +189,9 @@ def test_the_backward_refuses_other_head_dims_naming_its_stage():
         backward.attention_backward(x, x, x, x, x, lse)
 
 
-# --- through hopattn.attention and the ops, once stage 24 is in the lineage ----------------------
-
-needs_24 = pytest.mark.skipif(not in_lineage(24), reason="stage 24 waits in research/stage24/ until a GPU run "
-                                                          "measures it; hopattn.attention serves the stages of "
-                                                          "kernels/attention/ only")
+# --- through hopattn.attention and the ops (stage 24 is the final stage) --------------------------
 
 
-@needs_24
 @pytest.mark.parametrize("head_dim, head_dim_v", SERVED)
 def test_attention_returns_v_s_head_dim_through_every_op(head_dim, head_dim_v):
     q, k, v = meta(2, 4, 300, head_dim), meta(2, 2, 500, head_dim), meta(2, 2, 500, head_dim_v)
@@ -211,7 +203,6 @@ def test_attention_returns_v_s_head_dim_through_every_op(head_dim, head_dim_v):
     assert hopattn.attention(q, k, v, stage=24, out=target) is target
 
 
-@needs_24
 def test_the_final_stage_serves_every_head_dim():
     assert api._stage(None).head_dims == SERVED
 

@@ -1,8 +1,6 @@
-"""Stage 23 is stage 22 organised by role: the same machine code. While it waits in research/stage23/
-(its folder and the two headers it introduces) until a GPU run has measured it and recorded its
-trace, it is assembled beside the lineage's common/ headers (waiting_stages.py; once moved, the
-lineage's own is used); both stages compile (nvcc, no GPU) with the project's flags, and the SASS
-of their kernels, every instruction and its encoding, is the same, and so are the kernels' names."""
+"""Stage 23 is stage 22 organised by role: the same machine code. Both stages compile (nvcc, no GPU)
+with the project's flags, and the SASS of their kernels, every instruction and its encoding, is the
+same, and so are the kernels' names."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hopattn import build, cuda_tools, lineage
-from waiting_stages import stage
 
 pytestmark = pytest.mark.nvcc
 
@@ -39,7 +36,7 @@ def _sass(stage: lineage.Stage, out_dir, nvcc: str, cuobjdump: str) -> list[str]
 
 def test_stage_23_compiles_to_the_sass_of_stage_22(tmp_path):
     nvcc, cuobjdump = _tool_or_skip("nvcc"), _tool_or_skip("cuobjdump")
-    before, after = STAGES[22], stage(23, tmp_path)
+    before, after = STAGES[22], STAGES[23]
     assert after.dir.name.startswith("23_") and before.dir.name.startswith("22_")
     with ThreadPoolExecutor(max_workers=2) as pool:
         old, new = pool.map(lambda s: _sass(s, tmp_path, nvcc, cuobjdump), (before, after))

@@ -2,8 +2,7 @@
 128, 192 with V 128, 256), each within its register budget. Both stages compile (nvcc, no GPU)
 with the project's flags; the head-dim-128 kernels of stage 24 are stage 23's kernels, every
 instruction and its encoding (only their names differ: the head dim is a template argument), and
-ptxas spills nothing in any of the ten. While the stages wait in research/ they are assembled
-beside the lineage's common/ headers (waiting_stages.py); once moved, the lineage's are used."""
+ptxas spills nothing in any of the ten."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hopattn import build, cuda_tools
+from hopattn import build, cuda_tools, lineage
 from hopattn.compiler.ptxas import parse_ptxas
-from waiting_stages import stage
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.slow]  # stage 24's ten kernels: about 15 s of ptxas on two cores
 
@@ -58,7 +56,7 @@ def _by_head_dim(functions: dict) -> dict[tuple[int | None, str], str]:
 
 def test_stage_24_is_stage_23_at_head_dim_128_and_spills_nowhere(tmp_path):
     nvcc, cuobjdump = _tool_or_skip("nvcc"), _tool_or_skip("cuobjdump")
-    s23, s24 = stage(23, tmp_path), stage(24, tmp_path)
+    s23, s24 = lineage.get_stage(23), lineage.get_stage(24)
     with ThreadPoolExecutor(max_workers=2) as pool:
         (old, _), (new, report) = pool.map(lambda s: _compile(s, tmp_path, nvcc, cuobjdump), (s23, s24))
     before, after = _by_head_dim(old), _by_head_dim(new)
