@@ -219,3 +219,28 @@ def test_deterministic_with_records(measured, tmp_path):
     _root, warm = measured
     root = add_records(add_part_ii(add_rmsnorm(make_site(tmp_path / "other"))))
     assert site.generate(root, use_cache=False)[0] == warm
+
+
+def test_the_configuration_that_ran_is_shown_whole(measured):
+    """The variant's angle brackets are escaped: unescaped, '<bf16, 64 threads/row, 8 vectors>' is a tag
+    the browser drops."""
+    _root, out = measured
+    bench = _section(out.pages["softmax/03-row-in-registers.md"], "benchmark")
+    assert "| row in registers&lt;bf16, 64 threads/row, 8 vectors&gt; |" in bench
+    assert "registers<bf16" not in bench
+
+
+@pytest.mark.parametrize("folder", list(STAGES))
+def test_the_climb_reads_without_clipping_or_overlap(folder):
+    """The climb of each lineage from its committed record: no text clipped or overlapping (the first
+    stage's rotated label once ran off the left edge), the stages named short."""
+    from hopattn.records import rowwise as records
+    from site_gen.diagrams.svg import text_problems
+
+    lin = part_ii.BY_FOLDER[folder]
+    results = records.load_all(lineage.RMSNORM_DIR.parent.parent / "bench" / "results" / folder)
+    d = part_ii.climb(lin, STAGES[folder], results)
+    assert d is not None and d.id == f"climb-{folder}"
+    assert text_problems(d.svg, d.width, d.height) == []
+    assert all(len(part_ii.short_label(s)) <= part_ii.LABEL_CHARS + 1 for s in STAGES[folder])
+    assert part_ii.climb(lin, STAGES[folder], []) is None

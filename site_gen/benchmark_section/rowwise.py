@@ -70,7 +70,9 @@ def stage_table(stage, prev, current_hash: str, res) -> str:
         vs = e.get("vs") or {}
         prev_ratio = _ratio(vs.get(_arm(prev))) if prev is not None else "–"
         err = f"{e['max_rel_err']:.1e}" if e.get("max_rel_err") is not None else "–"
-        variant = md_cell(e.get("variant") or "")  # the configuration that ran, as the stage describes it
+        # the configuration that ran, as the stage describes it ("row in registers<bf16, 64 threads/row, ...>"):
+        # its angle brackets escaped, or the browser takes "<bf16, ...>" for a tag and shows none of it
+        variant = md_cell(escape(e.get("variant") or "", quote=False))
         rows.append(f"| {size} | **{e['gbps']:.0f}**{f' {STALE}' if stale else ''} | {e['median_ms']:.4f} | "
                     f"{e['spread_pct']:.1f} % | {_ratio(vs.get('copy'))} | {prev_ratio} | "
                     + "".join(f"{_ratio(vs.get(k))} | " for k, _ in peers) + f"{err} | {variant} |")
@@ -162,7 +164,12 @@ def overview_table(stages, hashes: dict[str, str], res) -> str:
 # --- the climb ---------------------------------------------------------------------------------
 
 
-def climb_data(stages, res) -> dict:
+def stage_label(stage) -> str:
+    """How the climb names a stage: its id and its title up to the first colon."""
+    return f"{stage.id} {stage.title.split(':')[0]}"
+
+
+def climb_data(stages, res, label=stage_label) -> dict:
     """{"series": {length: [(stage number, GB/s)]}, "copy": {length: GB/s}, "peers": {key: {length: GB/s}},
     "stages": [(number, label)]} from one run."""
     series, copy, peers = {}, {}, {}
@@ -176,7 +183,7 @@ def climb_data(stages, res) -> dict:
             if _ok(p := res.entry(key, size)):
                 peers.setdefault(key, {})[size] = float(p["gbps"])
     return {"series": series, "copy": copy, "peers": peers,
-            "stages": [(s.number, f"{s.id} {s.title.split(':')[0]}") for s in stages]}
+            "stages": [(s.number, label(s)) for s in stages]}
 
 
 def _marker(c, x, y, size):
@@ -234,7 +241,14 @@ def climb_diagram(data: dict, gpu_name: str, date: str, *, chart_id: str = "clim
     x0, x1, y0, y1 = 84, W - 150, 60, 360
     numbers = [n for n, _ in data["stages"]]
     peers = [(k, s) for k, s, _ in PEERS if k in data["peers"]]
-    step = (x1 - x0) / (len(numbers) + (0.6 + len(peers) if peers else 0))
+    columns = len(numbers) + (0.6 + len(peers) if peers else 0)
+    step = (x1 - x0) / columns
+    # the first stage's label, rotated 40°, reaches cos 40° of its width left of its tick: room for it
+    first = text_width(data["stages"][0][1], 12) * 0.77 if data["stages"] else 0
+    for _ in range(3):
+        if x0 + step / 2 + 4 - first < 6:
+            x0 = 6 + first - 4 - step / 2
+            step = (x1 - x0) / columns
 
     def x(n):
         return x0 + (numbers.index(n) + 0.5) * step

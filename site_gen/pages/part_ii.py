@@ -15,6 +15,7 @@ there is no record, or no entry of the stage, it says "Not measured yet" and nam
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 
@@ -143,6 +144,19 @@ def instances_md(stage, facts: dict | None) -> str:
     return "\n".join([lead, "", *lines, ""])
 
 
+LABEL_CHARS = 32
+
+
+def short_label(stage) -> str:
+    """How a climb names a stage of these lineages: its id and its title up to the first colon, semicolon
+    or comma ("02 The rows' dots"; their titles run on where the forward's stop at a colon), cut at a word
+    with an ellipsis past LABEL_CHARS characters: the rotated labels stay short under the axis."""
+    label = f"{stage.id} {re.split('[:;,]', stage.title)[0]}"
+    if len(label) <= LABEL_CHARS:
+        return label
+    return label[:LABEL_CHARS].rsplit(" ", 1)[0] + "…"
+
+
 def chart_path(lin: Lineage) -> str:
     """The standalone file of a lineage's climb."""
     return f"assets/generated/progression-{lin.folder}.svg"
@@ -154,7 +168,7 @@ def climb(lin: Lineage, stages, results: list):
     if not results:
         return None
     main = results[0]
-    return numbers.climb_diagram(numbers.climb_data(stages, main), main.gpu_name, main.run["date"],
+    return numbers.climb_diagram(numbers.climb_data(stages, main, short_label), main.gpu_name, main.run["date"],
                                  chart_id=f"climb-{lin.folder}", label=lin.label,
                                  counts=f"GB/s counts {lin.what}.")
 
