@@ -36,7 +36,8 @@ class Spy:
 
     def __call__(self, q, k, v, *, causal=False, scale=None, stage=None, layout="bhsd", out=None,
                  deterministic=False, backward_stage=None):
-        self.calls.append({"q": tuple(q.shape), "k": tuple(k.shape), "causal": causal, "layout": layout,
+        self.calls.append({"q": tuple(q.shape), "k": tuple(k.shape), "v": tuple(v.shape), "causal": causal,
+                           "layout": layout, "scale": scale,
                            "k_ptr": k.data_ptr(), "q_ptr": q.data_ptr(), "deterministic": deterministic,
                            "backward_stage": backward_stage,
                            "requires_grad": torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))})
@@ -103,7 +104,7 @@ def test_hopattn_kernel_describes_the_final_stage():
 
     kern = kernels.hopattn_kernel()
     final = {s.number: s for s in hopattn.stages()}[hopattn.final_stage()]
-    assert kern.head_dims == (final.head_dim,) and kern.causal == final.causal
+    assert kern.head_dims == final.head_dims and kern.causal == final.causal  # supports.head_dims: (q·k, v) pairs
     assert kern.gqa == bool(getattr(final, "gqa", False))
     assert kern.layouts == tuple(final.layouts)
     with pytest.raises(ValueError, match="stage"):
@@ -357,13 +358,15 @@ def test_other_dtypes_fall_back_to_exactly_sdpa(tf_registered, dtype, reason):
 
 
 @needs_tf
-def test_head_dim_64_falls_back(tf_registered):
-    model = tiny_llama(head_dim=64)
+def test_a_head_dim_the_stage_does_not_serve_falls_back(tf_registered):
+    model = tiny_llama(head_dim=80)
     ids = torch.randint(0, 256, (1, 8))
     ref = logits(model, ids, "sdpa")
     with routing.track() as report:
         out = logits(model, ids, "hopattn")
-    assert torch.equal(out, ref) and report.fallbacks == {"head dim 64 (hopattn serves 128)": 2}
+    served = kernels.head_dims_text(kernels.hopattn_kernel().head_dims)  # "64, 96, 128, 256 and q/k 192 with v 128"
+    assert torch.equal(out, ref) and report.fallbacks == {f"head dim 80 (hopattn serves {served})": 2}
+    assert not tf_registered.calls
 
 
 @needs_tf
@@ -674,20 +677,18 @@ def ltx2_inputs():
 
 
 @needs_df
-def test_ltx2_audio_head_dim_64_is_counted_never_silent(df_registered):
+def test_ltx2_audio_head_dim_64_is_served(df_registered):
     model = tiny_ltx2()
     ref = run(model, ltx2_inputs(), "native")
-    with routing.track() as report:
+    with routing.track(strict=True) as report:
         out = run(model, ltx2_inputs(), "hopattn")
-    # per block: video self- and text cross-attention served (the all-ones text mask is no mask);
-    # audio self, audio text, audio-to-video and video-to-audio attention have head dim 64
-    assert report.calls == 12 and report.served == 4
-    assert report.fallbacks == {"head dim 64 (hopattn serves 128)": 8}
+    # per block: video self- and text cross-attention (head dim 128; the all-ones text mask is no mask);
+    # audio self, audio text, audio-to-video and video-to-audio attention (head dim 64), served since stage 24
+    assert report.calls == report.served == 12
+    assert sorted({c["q"][-1] for c in df_registered.calls}) == [64, 128]
+    assert sum(c["q"][-1] == 64 for c in df_registered.calls) == 8
     for a, b in zip(out, ref):
         assert rel_err(a, b) < 2e-2
-    with pytest.raises(RoutingError, match="head dim 64"):
-        with routing.track(strict=True):
-            run(model, ltx2_inputs(), "hopattn")
 
 
 def dispatch(q, k, v, **kw):
@@ -728,8 +729,8 @@ def test_diffusers_strict_registration_refuses(monkeypatch):
     kern, _ = cpu_hopattn(monkeypatch)
     hop_df.register(kernel=kern, strict=True)
     try:
-        q = torch.randn(1, 8, 2, 64).to(BF16)
-        with pytest.raises(RoutingError, match=r"diffusers attention call \[B=1 H=2 Lq=8 Lk=8 D=64.*head dim 64"):
+        q = torch.randn(1, 8, 2, 80).to(BF16)
+        with pytest.raises(RoutingError, match=r"diffusers attention call \[B=1 H=2 Lq=8 Lk=8 D=80.*head dim 80"):
             dispatch(q, q, q)
     finally:
         hop_df.unregister()
