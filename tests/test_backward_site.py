@@ -452,9 +452,10 @@ def test_stages_01_and_02_figures_are_unchanged():
     assert got == FIRST_FIGURES
 
 
-# Stage 03's figures as they were drawn before the drafted stages 04-06 (research/backward_next/) taught the
-# generator the dQ path through shared memory, bulk reduce-adds, ordered turns and warp specialization
-# (sha256 of the whole svg + NUL + caption). A change here is a change to stage 03's page.
+# Stage 03's figures as they were drawn before stages 04-06 (drafted in research/backward_next/, now in
+# kernels/attention_backward/) taught the generator the dQ path through shared memory, bulk reduce-adds,
+# ordered turns and warp specialization (sha256 of the whole svg + NUL + caption). A change here is a
+# change to stage 03's page.
 THIRD_FIGURES = {"b03-operands": "6756a3d4ec56230fda4d", "b03-dq": "7b785f6ef663fc5a4399",
                  "b03-roles": "046d9a1ab2654dec0e8c", "b03-timeline": "d82ad8e326ce29caae0d"}
 

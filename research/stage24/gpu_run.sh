@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
-# One GPU run of stages 23 and 24 once both are in kernels/attention/: build, the GPU tests of both
-# (stage 24 at every head dim it serves), their measurement at head dim 128 against stage 22 and the
-# reference peers, the head-dim points of issue #29, and their traces. Each part stays under 10
-# minutes on an H200 (its steps' limits add up to at most 530 s). The move, from the repository root:
-#
-#   git mv research/stage23/23_roles research/stage24/24_head-dims kernels/attention/
-#   git mv research/stage23/common/instructions.cuh research/stage23/common/wgmma_desc.cuh \
-#          research/stage24/common/wgmma_shapes.cuh kernels/attention/common/
-#   python -m hopattn.compiler --lineage forward 23 24     # their compiler facts (nvcc, no GPU)
-#
-# (and the "Waiting in research/" paragraph of both notes.md goes).
+# One GPU run of stages 23 and 24, which are in kernels/attention/ (23_roles, 24_head-dims; their
+# headers instructions.cuh, wgmma_desc.cuh and wgmma_shapes.cuh in kernels/attention/common/; their
+# compiler facts in kernels/compiler_facts/attention/): build, the GPU tests of both (stage 24 at every
+# head dim it serves), their measurement at head dim 128 against stage 22 and the reference peers, the
+# head-dim points of issue #29, and their traces. Each part stays under 10 minutes on an H200 (its
+# steps' limits add up to at most 530 s). From the repository root:
 #
 #   PYTHONPATH=$PWD/kernels:$PWD bash research/stage24/gpu_run.sh tests    # build + GPU tests (~4 min)
 #   PYTHONPATH=$PWD/kernels:$PWD bash research/stage24/gpu_run.sh bench    # build + bench at 128 + traces
@@ -24,7 +19,7 @@ set -uo pipefail
 part=${1:-tests}
 case "$part" in tests|bench|dims) ;; *) echo "usage: $0 [tests|bench|dims]" >&2; exit 2 ;; esac
 for n in 23 24; do
-    ls -d kernels/attention/${n}_* >/dev/null 2>&1 || { echo "stage $n is not in kernels/attention/ yet: move it first" >&2; exit 2; }
+    ls -d kernels/attention/${n}_* >/dev/null 2>&1 || { echo "stage $n is not in kernels/attention/" >&2; exit 2; }
 done
 [ -f /opt/peers/unpack.sh ] && source /opt/peers/unpack.sh
 gpu=$(python3 -c "import torch; print(torch.cuda.get_device_name().lower().replace(' ', '-'))" 2>/dev/null || echo unknown-gpu)

@@ -27,8 +27,8 @@ MEASURED_HEADING = "Timeline: measured and predicted"  # #timeline's heading onc
 UNCHANGED = {"memory": "the operands live where they did there", "dq": "dQ is summed as it was there",
              "roles": "the roles and their barriers are the same", "timeline": "the schedule model places the same work"}
 # The figure each backward stage's page opens with: the picture of what its one change changes
-# (by kind; default: the operands'). 04-06, drafted in research/backward_next/: dQ through shared
-# memory, dQ's deterministic mode as ordered additions, the roles of warp specialization.
+# (by kind; default: the operands'). 04-06 (kernels/attention_backward/): dQ through shared memory,
+# dQ's deterministic mode as ordered additions, the roles of warp specialization.
 LEAD = {1: "memory", 2: "dq", 4: "dq", 5: "dq", 6: "roles"}
 FOLDER = "backward"
 
