@@ -1,7 +1,9 @@
 """hopattn.integrations on the GPU with the real kernel: small real configurations of Llama, Wan,
-Flux and LTX-2 give SDPA's outputs within bf16 accuracy, with strict routing where every call can be
-served and counted fallbacks where not (LTX-2's audio, a padding mask). Training steps through the
-integrations (hopattn's backward against SDPA's) are test_training_gpu.py's."""
+Flux, LTX-2 and DeepSeek-V3 give SDPA's outputs within bf16 accuracy, with strict routing where every
+call can be served and counted fallbacks where not (a padding mask, attention sinks); every (q/k, v)
+head-dim pair the final stage serves (supports.head_dims) goes through both integrations, and a call
+that needs a gradient at a head dim the backward does not serve falls back with SDPA's gradient.
+Training steps through the integrations (hopattn's backward against SDPA's) are test_training_gpu.py's."""
 
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ from hopattn.integrations import transformers as hop_tf  # noqa: E402
 
 BF16, CUDA = torch.bfloat16, "cuda"
 GQA = kernels.hopattn_kernel().gqa  # the final stage reads fewer K/V heads in place, or they are repeated
+SERVED = kernels.hopattn_kernel().head_dims  # the final stage's (q and k, v) head-dim pairs
+TRAINED = kernels.hopattn_kernel().trained_head_dims  # ... where its backward serves the gradient too
+
+
+def pair_id(pair) -> str:
+    return f"{pair[0]}" if pair[0] == pair[1] else f"{pair[0]}-v{pair[1]}"
 
 
 def rel_err(a, b) -> float:
@@ -37,11 +45,11 @@ def registered():
     hop_df.unregister()
 
 
-def llama(layers=4):
+def llama(layers=4, head_dim=128):
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
                                    num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=4,
-                                   head_dim=128, max_position_embeddings=8192, attn_implementation="sdpa")
+                                   head_dim=head_dim, max_position_embeddings=8192, attn_implementation="sdpa")
     with torch.device(CUDA):
         return transformers.LlamaForCausalLM(cfg).to(BF16).eval()
 
@@ -133,7 +141,7 @@ def test_flux_strict_matches_native():
     assert rel_err(out, ref) < 3e-2
 
 
-def test_ltx2_audio_falls_back_counted_video_served():
+def test_ltx2_video_and_audio_served():
     torch.manual_seed(0)
     with torch.device(CUDA):
         model = diffusers.LTX2VideoTransformer3DModel(num_layers=2).to(BF16).eval()
@@ -149,10 +157,11 @@ def test_ltx2_audio_falls_back_counted_video_served():
                   audio_encoder_attention_mask=torch.ones(1, 256, device=CUDA),
                   num_frames=4, height=8, width=12, fps=24.0, audio_num_frames=40)
     ref = run(model, "native", **inputs)
-    with routing.track() as report:
+    with routing.track(strict=True) as report:
         out = run(model, "hopattn", **inputs)
-    assert report.calls == 12 and report.served == 4
-    assert report.fallbacks == {"head dim 64 (hopattn serves 128)": 8}
+    # video (head dim 128) and audio (64: self, text, audio-to-video and video-to-audio) attention
+    assert report.calls == report.served == 12
+    assert sorted({s.head_dim for s, _ in report.shapes}) == [64, 128]
     for a, b in zip(out, ref):
         assert rel_err(a, b) < 3e-2
 
@@ -196,3 +205,89 @@ def test_gpt_oss_with_sinks_matches_its_eager_attention():
         out = logits(model, "hopattn", ids, use_cache=False)
     assert report.fallbacks == {"attention sinks (s_aux)": 2}, report.summary()
     assert rel_err(out, ref) < 1e-2
+
+
+# --- every head-dim pair the final stage serves ----------------------------------------------------
+
+
+@pytest.mark.parametrize("pair", SERVED, ids=pair_id)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_diffusers_dispatch_serves_every_head_dim_pair(pair, causal):
+    d, dv = pair
+    g = torch.Generator(device=CUDA).manual_seed(d + dv)
+    q = torch.randn(2, 777, 16, d, device=CUDA, generator=g).to(BF16)
+    k = torch.randn(2, 900, 4, d, device=CUDA, generator=g).to(BF16)
+    v = torch.randn(2, 900, 4, dv, device=CUDA, generator=g).to(BF16)
+    with routing.track(strict=True) as report:
+        out = ad.dispatch_attention_fn(q, k, v, is_causal=causal, enable_gqa=True,
+                                       backend=ad.AttentionBackendName("hopattn"))
+    assert report.served == 1 and out.shape == (2, 777, 16, dv)
+    want = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE](query=q, key=k, value=v,
+                                                                                  is_causal=causal, enable_gqa=True)
+    assert rel_err(out, want) < 1e-2
+
+
+@pytest.mark.parametrize("pair", SERVED, ids=pair_id)
+def test_transformers_attention_function_serves_every_head_dim_pair(pair):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    d, dv = pair
+    module = llama(layers=1).model.layers[0].self_attn
+    attention = transformers.AttentionInterface._global_mapping["hopattn"]
+    g = torch.Generator(device=CUDA).manual_seed(d * dv)
+    q = torch.randn(1, 16, 1000, d, device=CUDA, generator=g).to(BF16)
+    k = torch.randn(1, 4, 1000, d, device=CUDA, generator=g).to(BF16)
+    v = torch.randn(1, 4, 1000, dv, device=CUDA, generator=g).to(BF16)
+    with torch.no_grad(), routing.track(strict=True) as report:
+        out, _ = attention(module, q, k, v, None)
+        want, _ = sdpa_attention_forward(module, q, k, v, None)
+    assert report.served == 1 and out.shape == want.shape == (1, 1000, 16, dv)
+    assert rel_err(out, want) < 1e-2
+
+
+@pytest.mark.parametrize("dim", sorted({d for d, dv in SERVED if d == dv}))
+def test_llama_at_every_served_head_dim_strict_matches_sdpa(dim):
+    model = llama(layers=2, head_dim=dim)
+    ids = torch.randint(0, 32000, (1, 1000), device=CUDA)
+    ref = logits(model, "sdpa", ids, use_cache=False)
+    with routing.track(strict=True) as report:
+        out = logits(model, "hopattn", ids, use_cache=False)
+    assert report.served == report.calls == 2
+    assert rel_err(out, ref) < 3e-2
+
+
+@pytest.mark.skipif((192, 128) not in SERVED, reason="the final stage does not serve q/k 192 with v 128")
+def test_deepseek_mla_prefill_strict_matches_sdpa():
+    torch.manual_seed(0)
+    cfg = transformers.DeepseekV3Config(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=16, num_key_value_heads=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        n_group=1, topk_group=1, first_k_dense_replace=1, kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, max_position_embeddings=4096, attn_implementation="sdpa")
+    with torch.device(CUDA):
+        model = transformers.DeepseekV3ForCausalLM(cfg).to(BF16).eval()
+    ids = torch.randint(0, 32000, (1, 1000), device=CUDA)
+    ref = logits(model, "sdpa", ids, use_cache=False)
+    with routing.track(strict=True) as report:
+        out = logits(model, "hopattn", ids, use_cache=False)
+    assert report.served == report.calls == 2
+    assert {(s.head_dim, s.head_dim_v) for s, _ in report.shapes} == {(192, 128)}
+    assert rel_err(out, ref) < 3e-2
+
+
+@pytest.mark.parametrize("pair", [p for p in SERVED if p not in TRAINED], ids=pair_id)
+def test_a_gradient_at_a_head_dim_the_backward_does_not_serve_falls_back_with_sdpas_gradient(pair):
+    d, dv = pair
+    g = torch.Generator(device=CUDA).manual_seed(7)
+    q = torch.randn(1, 500, 8, d, device=CUDA, generator=g).to(BF16).requires_grad_()
+    k = torch.randn(1, 600, 8, d, device=CUDA, generator=g).to(BF16).requires_grad_()
+    v = torch.randn(1, 600, 8, dv, device=CUDA, generator=g).to(BF16).requires_grad_()
+    dout = torch.randn(1, 500, 8, dv, device=CUDA, generator=g).to(BF16)
+    with routing.track() as report:
+        out = ad.dispatch_attention_fn(q, k, v, backend=ad.AttentionBackendName("hopattn"))
+    got = torch.autograd.grad(out, (q, k, v), dout)
+    (reason,) = report.fallbacks
+    assert reason.startswith("gradient needed at head dim") and "(the backward serves 128)" in reason
+    native = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE]
+    want = torch.autograd.grad(native(query=q, key=k, value=v), (q, k, v), dout)
+    assert all(rel_err(a, b) < 1e-2 for a, b in zip(got, want))  # SDPA's backward, run again (may use atomics)
