@@ -42,7 +42,7 @@ def per_step(record):
 def window_per_warp(record):
     by = defaultdict(lambda: defaultdict(float))
     steps = defaultdict(set)
-    for slot, warp, event, tile, kv, t0, t1 in record["events"]:
+    for slot, warp, event, _tile, kv, t0, t1 in record["events"]:
         by[warp][event] += t1 - t0
         if kv >= 0:
             steps[warp].add((slot, kv))
@@ -83,7 +83,7 @@ def tensor_idle(record, warps=(0, 4)):
     for w in warps:
         ev = sorted((e for e in record["events"] if e[0] == 0 and e[1] == w and e[4] >= 0), key=lambda e: e[5])
         open_at = None
-        for slot, warp, name, tile, kv, t0, t1 in ev:
+        for _slot, _warp, name, _tile, _kv, t0, t1 in ev:
             if name in ("qk", "dvdk") and open_at is None:
                 open_at = t0
             if name in ("wait_dp", "wait_dq") and open_at is not None:
@@ -111,7 +111,7 @@ def gaps(record, warps=(0, 4), least_ns=20.0):
     for w in warps:
         ev = sorted((e for e in record["events"] if e[0] == 0 and e[1] == w and e[4] >= 0), key=lambda e: e[5])
         open_at = None
-        for slot, warp, name, tile, kv, t0, t1 in ev:
+        for _slot, _warp, name, _tile, kv, t0, t1 in ev:
             if name in ("qk", "dvdk") and open_at is None:
                 open_at = (t0, name, kv)
             if name in ("wait_dp", "wait_dq") and open_at is not None:
