@@ -73,58 +73,56 @@ def main(paths):
 
 
 
-def tensor_idle(record, warps=(0, 4)):
-    """Within the record's window: the share of time in which neither consumer warpgroup (its first
-    warp stands for it) has a wgmma in flight — from the issue of Sᵀ and dPᵀ (qk) to dPᵀ retired
-    (wait_dp), and from the issue of dV and dK (dvdk) to dQ retired (wait_dq; stage 07: to the next
-    step's Sᵀ issue and dQ retired, the same end). A bubble of the tensor cores at least that long:
-    in flight is not executing."""
-    spans = []
-    for w in warps:
-        ev = sorted((e for e in record["events"] if e[0] == 0 and e[1] == w and e[4] >= 0), key=lambda e: e[5])
-        open_at = None
-        for _slot, _warp, name, _tile, _kv, t0, t1 in ev:
-            if name in ("qk", "dvdk") and open_at is None:
-                open_at = t0
-            if name in ("wait_dp", "wait_dq") and open_at is not None:
-                spans.append((open_at, t1))
-                open_at = None
+def consumer_leads(record):
+    """The first warp of each computing warpgroup (stages 03-05: warps 0 and 4; 06 on: 4 and 8)."""
+    computing = [i for i, r in enumerate(record["roles"]) if r.startswith("compute") or r == "consumer"]
+    return tuple(sorted({i // 4 * 4 for i in computing}))
+
+
+def _spans(record, warps=None):
+    """Per consumer warpgroup (its first warp stands for it) and step: [the issue of Sᵀ and dPᵀ (qk),
+    dPᵀ retired (wait_dp)] and [the issue of dV and dK (dvdk), dQ retired (wait_dq)], matched by step
+    (stage 07 issues step i + 1's Sᵀ before step i's dQ retires), as (start, end, warpgroup, op, step)."""
+    leads = warps or consumer_leads(record)
+    marks = {}
+    for _slot, w, name, _tile, kv, t0, t1 in (e for e in record["events"] if e[0] == 0 and e[4] >= 0):
+        if w in leads and name in ("qk", "dvdk"):
+            marks.setdefault((w, kv, name), [t0, None])[0] = t0
+        if w in leads and name in ("wait_dp", "wait_dq"):
+            marks.setdefault((w, kv, "qk" if name == "wait_dp" else "dvdk"), [None, t1])[1] = t1
+    return sorted((t0, t1, leads.index(w), op, kv) for (w, kv, op), (t0, t1) in marks.items()
+                  if t0 is not None and t1 is not None)
+
+
+def tensor_idle(record, warps=None):
+    """Within slot 0's part of the record's window: the share of time in which neither consumer
+    warpgroup has a wgmma in flight (_spans). The tensor cores are idle at least that long: in
+    flight is not executing."""
+    spans = _spans(record, warps)
     if not spans:
         return None
-    spans.sort()
-    lo, hi = spans[0][0], max(s[1] for s in spans)
-    busy, cur_s, cur_e = 0.0, *spans[0]
-    for s, e in spans[1:]:
-        if s > cur_e:
+    lo, hi = spans[0][0], max(sp[1] for sp in spans)
+    busy, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
+    for sp in spans[1:]:
+        if sp[0] > cur_e:
             busy += cur_e - cur_s
-            cur_s, cur_e = s, e
+            cur_s, cur_e = sp[0], sp[1]
         else:
-            cur_e = max(cur_e, e)
+            cur_e = max(cur_e, sp[1])
     busy += cur_e - cur_s
     return (hi - lo - busy) / (hi - lo), hi - lo
 
 
-def gaps(record, warps=(0, 4), least_ns=20.0):
-    """The windows (of slot 0, in the record's window) in which neither consumer has a wgmma in
-    flight, as (ns, the span that opens it: warpgroup, op, step)."""
-    spans = []
-    for w in warps:
-        ev = sorted((e for e in record["events"] if e[0] == 0 and e[1] == w and e[4] >= 0), key=lambda e: e[5])
-        open_at = None
-        for _slot, _warp, name, _tile, kv, t0, t1 in ev:
-            if name in ("qk", "dvdk") and open_at is None:
-                open_at = (t0, name, kv)
-            if name in ("wait_dp", "wait_dq") and open_at is not None:
-                spans.append((open_at[0], t1, w // 4, open_at[1], open_at[2]))
-                open_at = None
-    spans.sort()
+def gaps(record, warps=None, least_ns=20.0):
+    """The windows in which neither consumer has a wgmma in flight, as (ns, the span that ends it:
+    warpgroup, op, step)."""
+    spans = _spans(record, warps)
     out, end = [], spans[0][1] if spans else 0.0
-    for s in spans[1:]:
-        if s[0] > end + least_ns:
-            out.append((s[0] - end, s[2], s[3], s[4]))
-        end = max(end, s[1])
+    for sp in spans[1:]:
+        if sp[0] > end + least_ns:
+            out.append((sp[0] - end, sp[2], sp[3], sp[4]))
+        end = max(end, sp[1])
     return out
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])
