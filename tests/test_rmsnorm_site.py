@@ -182,7 +182,7 @@ def test_a_measured_record_on_the_pages_the_overview_and_the_climb(rms_root):
     page = out.pages["rmsnorm/05-cluster-rows.md"]
     bench = page[page.index("## Benchmark {#benchmark}"):]
     assert "Not measured yet" not in bench
-    assert "| 256k | **3570** | " in bench and "| 0.850× | 1.062× | 1.428× | 1.700× | 4.0e-03 |  |" in bench
+    assert "| 256k | **3570** | " in bench and "| 0.850× | 1.062× | 1.428× | 1.700× | 4.0e-03 |\n" in bench
     assert "vs 04 | vs eager | vs Liger |" in bench and "vs QuACK" not in bench  # QuACK did not run
     cards = out.fragments["headline-rmsnorm-05-cluster-rows"]
     assert "3570 <span>GB/s</span>" in cards and "0.850× the copy, same run" in cards

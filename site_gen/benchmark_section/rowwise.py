@@ -54,35 +54,41 @@ def measured(stage, res) -> bool:
 
 
 def stage_table(stage, prev, current_hash: str, res) -> str:
-    """The #benchmark table of one stage in one GPU's record ("" when the record has no entry of it)."""
+    """The #benchmark table of one stage in one GPU's record ("" when the record has no entry of it), then the
+    configuration that ran at each length (or why nothing ran), listed below it: in a column, its long text
+    wrapped a word a line on a phone and made every row tall."""
     peers = [(k, s) for k, s, _ in PEERS if any(_ok(res.entry(k, size)) for size in res.sizes())]
-    rows, stale_seen = [], False
+    rows, ran, stale_seen = [], [], False
     for size in res.sizes():
         e = res.entry(_arm(stage), size)
         if e is None:
             continue
         if not _ok(e):
-            cells = [size, e["status"], "", "", "", "", *[""] * len(peers), "", md_cell(e.get("reason", ""))]
+            cells = [size, e["status"], "", "", "", "", *[""] * len(peers), ""]
             rows.append("| " + " | ".join(cells) + " |")
+            ran.append(f"- {size}: {e['status']}: {escape(' '.join(e.get('reason', '').split()), quote=False)}")
             continue
         stale = records.is_stale(e, current_hash)
         stale_seen |= stale
         vs = e.get("vs") or {}
         prev_ratio = _ratio(vs.get(_arm(prev))) if prev is not None else "–"
         err = f"{e['max_rel_err']:.1e}" if e.get("max_rel_err") is not None else "–"
-        # the configuration that ran, as the stage describes it ("row in registers<bf16, 64 threads/row, ...>"):
-        # its angle brackets escaped, or the browser takes "<bf16, ...>" for a tag and shows none of it
-        variant = md_cell(escape(e.get("variant") or "", quote=False))
         rows.append(f"| {size} | **{e['gbps']:.0f}**{f' {STALE}' if stale else ''} | {e['median_ms']:.4f} | "
                     f"{e['spread_pct']:.1f} % | {_ratio(vs.get('copy'))} | {prev_ratio} | "
-                    + "".join(f"{_ratio(vs.get(k))} | " for k, _ in peers) + f"{err} | {variant} |")
+                    + "".join(f"{_ratio(vs.get(k))} | " for k, _ in peers) + f"{err} |")
+        if e.get("variant"):
+            # the configuration that ran, as the stage describes it ("row in registers<bf16, 64 threads/row, ...>"):
+            # its angle brackets escaped, or the browser takes "<bf16, ...>" for a tag and shows none of it
+            ran.append(f"- {size}: {escape(e['variant'], quote=False)}")
     if not rows:
         return ""
     prev_head = f"vs {prev.id}" if prev is not None else "vs previous"
     head = ("| Row length | GB/s | Median ms | Spread | × copy | " + prev_head + " | "
-            + "".join(f"vs {s} | " for _, s in peers) + "Max rel. error | Configuration |\n"
-            + "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|---|")
+            + "".join(f"vs {s} | " for _, s in peers) + "Max rel. error |\n"
+            + "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|")
     out = [head, *rows, ""]
+    if ran:
+        out += ["The configuration that ran, at each length:", "", *ran, ""]
     if stale_seen:
         out.append(f"{STALE}: measured on an older version of this stage's sources (now `{current_hash}`).\n")
     return "\n".join(out)
