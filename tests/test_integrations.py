@@ -364,7 +364,7 @@ def test_a_head_dim_the_stage_does_not_serve_falls_back(tf_registered):
     ref = logits(model, ids, "sdpa")
     with routing.track() as report:
         out = logits(model, ids, "hopattn")
-    served = kernels.head_dims_text(kernels.hopattn_kernel().head_dims)  # "64, 96, 128, 256 and q/k 192 with v 128"
+    served = kernels.head_dims_text(kernels.hopattn_kernel().head_dims)  # "64, 96, 128, 192 (v 128) and 256"
     assert torch.equal(out, ref) and report.fallbacks == {f"head dim 80 (hopattn serves {served})": 2}
     assert not tf_registered.calls
 

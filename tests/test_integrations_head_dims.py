@@ -39,7 +39,7 @@ except ImportError:
 FINAL = kernels.hopattn_kernel()
 SERVED = FINAL.head_dims  # read from the final stage's spec
 STAGE_24 = ((64, 64), (96, 96), (128, 128), (192, 128), (256, 256))  # kernels/attention/24_head-dims/stage.toml
-SERVED_TEXT = "64, 96, 128, 256 and q/k 192 with v 128"  # how a reason names stage 24's pairs
+SERVED_TEXT = "64, 96, 128, 192 (v 128) and 256"  # how a reason names stage 24's pairs (as hopattn's errors do)
 GRAD_64 = "gradient needed at head dim 64 (the backward serves 128)"
 GRAD_MLA = "gradient needed at head dims q/k 192, v 128 (the backward serves 128)"
 
@@ -67,7 +67,7 @@ def test_the_final_stage_serves_stage_24s_pairs_and_the_kernel_reads_them_from_i
     assert lineage.get_stage(24).head_dims == STAGE_24  # the stage the brief is about, as its stage.toml says
     assert set(STAGE_24) <= set(SERVED)  # a later stage may serve more, not less
     assert kernels.hopattn_kernel(stage=23).head_dims == ((128, 128),)  # no supports.head_dims: tile.head_dim
-    assert kernels.head_dims_text(STAGE_24) == SERVED_TEXT
+    assert kernels.head_dims_text(STAGE_24) == SERVED_TEXT == lineage.get_stage(24).head_dims_text()
 
 
 def test_head_dims_come_from_the_stage_specs_not_from_the_glue(monkeypatch):
@@ -248,7 +248,7 @@ def test_llama_at_an_unserved_head_dim_falls_back_with_the_served_dims_named(tf_
         out = logits(model, ids, "hopattn")
     assert torch.equal(out, ref) and report.fallbacks == {reason: 2} and report.targets[reason] == "SDPA"
     assert f"2 sent to SDPA: {reason}" in report.summary() and not tf_registered.calls
-    with pytest.raises(RoutingError, match=rf"D={dim} .*: head dim {dim} \(hopattn serves 64, 96, 128, 256"):
+    with pytest.raises(RoutingError, match=rf"D={dim} .*: head dim {dim} \(hopattn serves 64, 96, 128, 192 \(v 128\) and 256\)"):
         with routing.track(strict=True):
             logits(model, ids, "hopattn")
 

@@ -37,10 +37,9 @@ def _pairs(dims) -> tuple[tuple[int, int], ...]:
 
 
 def head_dims_text(pairs) -> str:
-    """The pairs for messages: '128', or '64, 96, 128, 256 and q/k 192 with v 128'."""
-    same = [f"{d}" for d, dv in pairs if d == dv]
-    mixed = [f"q/k {d} with v {dv}" for d, dv in pairs if d != dv]
-    parts = same + mixed
+    """The pairs for messages, as hopattn's own errors name them (lineage.Stage.head_dims_text):
+    '128', or '64, 96, 128, 192 (v 128) and 256'."""
+    parts = [f"{d}" if d == dv else f"{d} (v {dv})" for d, dv in pairs]
     if not parts:
         return "none"
     return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
