@@ -95,7 +95,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
               out: torch.Tensor | None = None, return_lse: bool = False, deterministic: bool = False,
               backward_stage: int | None = None):
-    """softmax(scale · q kᵀ) v for bf16 CUDA tensors, differentiable in q, k and v (head dim 128).
+    """softmax(scale · q kᵀ) v for bf16 CUDA tensors, differentiable in q, k and v (at head dim 128).
 
     Layouts: ``layout="bhsd"``: q [B, H, Lq, D], k [B, H, Lk, D] and v [B, H, Lk, Dv];
     ``layout="bshd"`` (stages 17 on): q [B, Lq, H, D], k [B, Lk, H, D], v [B, Lk, H, Dv]. Head dims:
@@ -123,7 +123,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
     Gradients: when q, k or v require grad, the forward keeps its log-sum-exp and ``.backward()``
     runs the backward lineage (``hopattn.backward``; ``backward_stage`` picks a stage of it, default
-    its final one) — lse included, when the loss used it. ``deterministic=True``: gradients identical
+    its final one) — lse included, when the loss used it. At a head dim the backward does not serve
+    the forward runs and ``.backward()`` raises the backward's error naming what it serves
+    (hopattn.integrations send such calls to SDPA instead). ``deterministic=True``: gradients identical
     bit for bit run to run (no atomics in the backward). ``out=`` refuses inputs that require grad
     while grad mode is on (a result written in place would carry no gradient).
     """
