@@ -1,9 +1,10 @@
 """Backward stages 04-06 on the site: their figures and pages, drawn from the lineage
 (kernels/attention_backward/). What their figures say — dQ through a shared tile and one bulk
 reduce-add per warpgroup and step into an accumulator in block order; the deterministic mode as
-stage 02's pass (04) or as turns in key-block order (05, 06); 06's producer and consumers — is
-derived from their stage.toml, and checked here against the specs and the kernels. Stages 01-03's
-figures do not change with 04-06 beside them (tests/test_backward_site.py pins their hashes)."""
+stage 02's pass (04) or as turns in key-block order, the last key block first (05, 06); 06's
+producer and consumers — is derived from their stage.toml, and checked here against the specs and
+the kernels. Stages 01-03's figures do not change with 04-06 beside them (tests/test_backward_site.py
+pins their hashes)."""
 
 from __future__ import annotations
 
@@ -99,8 +100,12 @@ def test_the_dq_path_of_stages_04_to_06_comes_from_their_specs(four, five, six):
     for stage in (five, six):
         path = bwd.dq_path(stage)
         assert stage.diagram.dq_deterministic == path.deterministic == "ordered"
-        assert path.ordered == bwd.Ordered(2, "ld.acquire.gpu", "cp.async.bulk.wait_group 0", "red.release.gpu.add", True)
+        assert path.ordered == bwd.Ordered(2, "ld.acquire.gpu", "cp.async.bulk.wait_group 0", "red.release.gpu.add", True,
+                                           down=True)
         kernel = stage.kernel_path.read_text()
+        # the spec's count (red.release.gpu.add -1: from the last key block down) is the kernel's
+        assert "red_release_gpu_add(turn, -1);" in kernel and "first_turn = last_key_block(" in kernel
+        assert "int(gridDim.x) - 1 - atomicAdd(key_block_tickets(p)" in kernel
         assert "dq_kernel" not in kernel and "wait_for_turn(turn, " in kernel and "key_block_tickets(p)" in kernel
     # 06: a dQ warp of the producer per consumer warpgroup, two tiles each
     b = bwd.dq_path(six).bulk
@@ -149,18 +154,25 @@ def test_the_dq_figures_draw_the_tile_and_the_bulk_reduce_add(four, five, six, s
     assert "warpgroup 0: dQ[:, 0–63]" in text and "1 thread, 16 KiB" in text and "shared tile" in text
     assert "Deterministic mode: a second pass, no atomics" in text and "walks the keys in order, 64 a step" in text
     assert "turn" not in text and "a second pass walks the key blocks in order" in dq_diagram(four, stages).caption
-    # 05, 06: turns in key-block order, no second pass
+    # 05, 06: turns in key-block order from the last key block down, no second pass
     for stage in (five, six):
         d = dq_diagram(stage, stages)
         text = _text(d.svg)
         assert "a second pass, no atomics" not in text and "S, dP, dS again" not in text
-        for want in ("Deterministic mode: the same kernel, each query block's additions in key-block order",
-                     "a turn counter per query block and dQ half (2 per query block); no second pass",
-                     "key block 0 · keys 0–127", "waits for turn 1, adds", "waits for it, turn → 2",
-                     "waits until the counter reads n (ld.acquire.gpu)", "(cp.async.bulk.wait_group 0)",
-                     "adds 1 (red.release.gpu.add)", "takes its key block from a ticket"):
+        for want in ("Deterministic mode: the same kernel, each query block's additions in key-block order, the last "
+                     "first", "a turn counter per query block and dQ half (2 per query block), set to L, the last key "
+                     "block that sees the query block; no second pass",
+                     "key block L, the last", "waits for turn L, adds", "waits for it, turn → L − 1",
+                     "key block 0 · keys 0–127", "waits for turn 1, adds", "waits for it, turn → 0",
+                     "waits for turn 0, adds", "waits until the counter reads n (ld.acquire.gpu)",
+                     "(cp.async.bulk.wait_group 0)", "adds −1 (red.release.gpu.add)",
+                     "the turns run from L down to key block 0", "takes its key block from a ticket as it starts (the "
+                     "last key block first)", "key block n goes only to a CTA that started after the one with n + 1"):
             assert want in text, (stage.id, want)
-        assert "key-block order (a turn counter per query block and dQ half): no second pass" in d.caption
+        for wrong in ("adds 1 (", "turn → 2", "after the one with n − 1", "… key block n"):
+            assert wrong not in text, (stage.id, wrong)
+        assert ("key-block order, the last key block first (a turn counter per query block and dQ half): no second "
+                "pass") in d.caption
     assert "The waiting thread is one of its warpgroup's 128" in _text(dq_diagram(five, stages).svg)
     # 06: the producer's dQ warps, two tiles each, handed over on mbarriers
     text = _text(dq_diagram(six, stages).svg)

@@ -105,8 +105,9 @@ def dq_diagram(stage, stages) -> Diagram:
     if path.deterministic == "second pass":
         cap += "With `deterministic=True` a second pass walks the key blocks in order instead: no atomics, more GEMMs."
     elif path.deterministic == "ordered" and path.ordered:
-        cap += (f"With `deterministic=True` the same kernel makes each query block's additions in key-block order "
-                f"(a turn counter per query block and dQ {b.part if b else 'share'}): no second pass.")
+        cap += ("With `deterministic=True` the same kernel makes each query block's additions in key-block order"
+                + (", the last key block first" if path.ordered.down else "")
+                + f" (a turn counter per query block and dQ {b.part if b else 'share'}): no second pass.")
     elif path.deterministic:
         cap += "With `deterministic=True` the additions are ordered."
     return Diagram(did, title, "dq", stage.number, c.tostring(), cap.strip(), W, height, signature(stage))
@@ -243,17 +244,23 @@ def _ordered(c, stage, path, y) -> float:
     o, b = path.ordered, path.bulk
     n = stage.block_n
     part = f"dQ {b.part}" if b else "dQ share"
-    c.text(12, y + 8, "Deterministic mode: the same kernel, each query block's additions in key-block order", size=13,
-           weight="700")
-    c.text(12, y + 28, f"a turn counter per query block and {part} ({o.counters} per query block); no second pass",
+    c.text(12, y + 8, "Deterministic mode: the same kernel, each query block's additions in key-block order"
+           + (", the last first" if o.down else ""), size=13, weight="700")
+    start = (", set to L, the last key block that sees the query block" if o.down else "")
+    c.text(12, y + 28, f"a turn counter per query block and {part} ({o.counters} per query block){start}; no second pass",
            size=12, fill="muted")
     top = y + 44
     bh, step_w, gap = 62, 166, 14
     x = 12
     for j in range(BLOCKS):
         last = j == BLOCKS - 1
-        keys = f"key block {j} · keys {j * n}–{(j + 1) * n - 1}" if not last else "… key block n"
-        turn, after = ("n", "n + 1") if last else (str(j), str(j + 1))
+        if o.down:  # L, then the last BLOCKS - 1 blocks down to key block 0
+            block = BLOCKS - 1 - j
+            keys = "key block L, the last" if j == 0 else f"key block {block} · keys {block * n}–{(block + 1) * n - 1}"
+            turn, after = ("L", "L − 1") if j == 0 else (str(block), f"{block - 1}".replace("-", "−"))
+        else:
+            keys = f"key block {j} · keys {j * n}–{(j + 1) * n - 1}" if not last else "… key block n"
+            turn, after = ("n", "n + 1") if last else (str(j), str(j + 1))
         _box(c, x, top, step_w, bh, (keys, f"waits for turn {turn}, adds", f"waits for it, turn → {after}"), "k")
         x += step_w
         if not last:
@@ -267,13 +274,19 @@ def _ordered(c, stage, path, y) -> float:
     steps = [f"waits until the counter reads n{f' ({o.wait})' if o.wait else ''}",
              f"issues its {'bulk reduce-add' if b else 'additions'}",
              f"waits for {'it' if b else 'them'} to complete{f' ({o.done})' if o.done else ''}",
-             f"adds 1{f' ({o.count})' if o.count else ''}"]
+             f"adds {'−1' if o.down else '1'}{f' ({o.count})' if o.count else ''}"]
     text = (f"Key block n's {who.replace('dQ warps', 'dQ warp')} " + ", ".join(steps[:-1]) + f" and {steps[-1]}: every "
             "float of the accumulator receives its key blocks' shares in the same order from the same zero.")
+    if o.down:
+        text += (" The preprocess sets each counter to L, the last key block that sees its query block, and the turns "
+                 "run from L down to key block 0: with a causal mask L is the key block on the query block's diagonal, "
+                 "which reaches it at its first step while key block 0 reaches it last, so the turns come in the order "
+                 "the CTAs get there.")
     if o.ticket:
-        text += (" In this mode the CTA takes its key block from a ticket as it starts, not from its blockIdx: key "
-                 "block n goes only to a CTA that started after the one with n − 1, so no turn waits for a CTA that "
-                 "has not started.")
+        first, before = ("the last key block first", "n + 1") if o.down else ("key block 0 first", "n − 1")
+        text += (f" In this mode the CTA takes its key block from a ticket as it starts ({first}), not from its "
+                 f"blockIdx: key block n goes only to a CTA that started after the one with {before}, so no turn waits "
+                 "for a CTA that has not started.")
     if b and b.own_warps and b.tiles_per_op > 1:
         text += (f" The waits are the dQ warps', off the computing warpgroups' path: each {_group_of(b)} writes into "
                  f"{b.tiles_per_op} tiles in turn, and waits only when it gets {b.tiles_per_op} steps ahead of its dQ warp.")
@@ -287,7 +300,8 @@ def _mode_words(path) -> str:
     """How the deterministic mode sums, for the description: "second pass", or the turns."""
     if path.deterministic == "ordered" and path.ordered:
         part = f"dQ {path.bulk.part}" if path.bulk else "dQ share"
-        return f"in key-block order: a turn counter per query block and {part}"
+        order = "in key-block order, the last key block first" if path.ordered.down else "in key-block order"
+        return f"{order}: a turn counter per query block and {part}"
     return path.deterministic
 
 

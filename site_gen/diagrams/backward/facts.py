@@ -278,13 +278,15 @@ def group_name(threads: int) -> str:
 class Ordered:
     """The deterministic mode as ordered additions ([diagram] dq_deterministic = "ordered"): a turn
     counter per query block and dQ operation of the step; key block n's issuer waits until it reads
-    n, adds, waits for the addition to complete and counts on."""
+    n, adds, waits for the addition to complete and counts on: up from key block 0, or (a count of
+    -1 in the tasks: red.release.gpu.add -1) down from the query block's last key block."""
 
     counters: int  # per query block: one per dQ operation of a step (bulk.ops; 1 without a bulk path)
     wait: str | None  # the instructions the spec's tasks name for each: the read of the turn (ld.acquire.gpu),
     done: str | None  # the completion wait (cp.async.bulk.wait_group 0),
     count: str | None  # and the count (red.release.gpu.add)
     ticket: bool  # the CTA's key block is taken from a ticket in this mode (a [[smem]] "key block" slot)
+    down: bool = False  # the turns run from the last key block down to key block 0 (the count adds -1)
 
 
 @dataclass(frozen=True)
@@ -360,9 +362,10 @@ def _ordered(stage, bulk: Bulk | None) -> Ordered:
         m = re.search(pattern, text)
         return m.group(0) if m else None
 
+    step = re.search(r"red\.release\.[a-z]+\.add\s+(-?\d+)", text)
     return Ordered(bulk.ops if bulk else 1, find(r"ld\.acquire\.[a-z]+"), find(r"cp\.async\.bulk\.wait_group \d+"),
                    find(r"red\.release\.[a-z]+(?:\.add)?"),
-                   any(b.name.lower() == "key block" for b in stage.smem))
+                   any(b.name.lower() == "key block" for b in stage.smem), bool(step and int(step.group(1)) < 0))
 
 
 def dq_path(stage) -> DqPath:
