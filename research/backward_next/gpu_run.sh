@@ -3,8 +3,8 @@
 # backward stage 07 into the lineage of this working tree (plain copies: commit them only once they
 # pass), build, run its GPU tests (every case under the watchdog; autograd, torch.compile and CUDA
 # graphs run on it, the lineage's last stage), the development timing loop against stage 06, and the
-# traces of 06 and 07 (python -m bench.trace; what trace_roles.py says of them). About 4 minutes,
-# at most 290 s of time limits (build 90, tests 90, timing 55, traces 55).
+# traces of 06 and 07 (python -m bench.trace; what trace_roles.py says of them). About 3 minutes,
+# at most 300 s of time limits (build 120, tests 90, timing 40, traces 50).
 #
 # What comes back: $OUT (default bench/logs) gets three files — the tests' pytest log, the timing
 # log, and one tarball of everything (the build log, the watchdog's case log, both logs again, the
@@ -24,7 +24,7 @@ if compgen -G "research/backward_next/common/*.cuh" > /dev/null; then
     cp research/backward_next/common/*.cuh kernels/attention_backward/common/
 fi
 cp -r research/backward_next/07_scores-ahead kernels/attention_backward/
-timeout 90 python3 -c "from hopattn import build, lineage; build.build_stages(lineage.discover(lineage.BACKWARD_DIR)); build.build_stages([lineage.discover()[-1]]); build.build_native()" \
+timeout 120 python3 -u -c "from hopattn import build, lineage; build.build_stages(lineage.discover(lineage.BACKWARD_DIR)); build.build_stages([lineage.discover()[-1]]); build.build_native()" \
     > "$WORK/$RUN/build.log" 2>&1 || { say "build failed"; tail -30 "$WORK/$RUN/build.log"; tar -czf "$OUT/$RUN.tar.gz" -C "$WORK" "$RUN"; exit 1; }
 say "built"
 
@@ -35,11 +35,11 @@ HOPATTN_GPU_LOG="$WORK/$RUN/gpu-tests-backward-07-cases.log" timeout 90 python3 
 say "tests rc=$?"; tail -6 "$OUT/$PYTEST_LOG"; cp "$OUT/$PYTEST_LOG" "$WORK/$RUN/"
 
 DEVTIME_LOG="backward-devtime-07-$GPU-$STAMP.log"
-timeout 55 python3 research/backward_devtime.py 4096,8192,16384 6,7 > "$OUT/$DEVTIME_LOG" 2>&1
+timeout 40 python3 research/backward_devtime.py 4096,8192,16384 6,7 > "$OUT/$DEVTIME_LOG" 2>&1
 say "devtime rc=$?"; grep -v "^  fa2" "$OUT/$DEVTIME_LOG"; cp "$OUT/$DEVTIME_LOG" "$WORK/$RUN/"
 
 # The traces of 06 (the records the last run lost) and 07, and where their consumers' time goes.
-timeout 55 python3 -m bench.trace --lineage backward --stages 6-7 > "$WORK/$RUN/trace-backward.log" 2>&1
+timeout 50 python3 -m bench.trace --lineage backward --stages 6-7 > "$WORK/$RUN/trace-backward.log" 2>&1
 say "trace rc=$?"; tail -4 "$WORK/$RUN/trace-backward.log"
 mkdir -p "$WORK/$RUN/traces"
 cp bench/results/traces/*/backward/0[67]*.json "$WORK/$RUN/traces/" 2>/dev/null
