@@ -236,6 +236,7 @@ def test_the_climb_reads_without_clipping_or_overlap(folder):
     """The climb of each lineage from its committed record: no text clipped or overlapping (the first
     stage's rotated label once ran off the left edge), the stages named short."""
     from hopattn.records import rowwise as records
+
     from site_gen.diagrams.svg import text_problems
 
     lin = part_ii.BY_FOLDER[folder]

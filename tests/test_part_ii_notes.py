@@ -1,0 +1,50 @@
+"""Part II's notes against the runs they cite: every stage of the RMSNorm forward and backward and the
+softmax forward and backward has a "## Measured" section after its prediction that names the command and
+the committed log it quotes, and every row of its table has the GB/s and the × copy that log printed for
+that stage and length (the notes quote the log; a re-run that changes the numbers makes this fail until
+the notes are rewritten from it)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hopattn import lineage, rowwise, rowwise_backward, softmax_lineage
+
+ROOT = lineage.RMSNORM_DIR.parent.parent
+LINEAGES = {"rmsnorm": (rowwise.discover, "python -m bench.rowwise", None),
+            "rmsnorm_backward": (rowwise_backward.discover, "python -m bench.rowwise_backward", None),
+            "softmax": (softmax_lineage.discover, "python -m bench.rowwise_softmax", "forward"),
+            "softmax_backward": (softmax_lineage.discover_backward, "python -m bench.rowwise_softmax", "backward")}
+STAGES = [(folder, s) for folder, (discover, _c, _d) in LINEAGES.items() for s in discover()]
+LINE = re.compile(r"\]\s+(?:(forward|backward) )?(\d+k) (stage \d\d|copy)\s+(\d+) GB/s\s+\S+ ms\s+spread \S+ %\s+"
+                  r"vs copy (\S+)")
+ROW = re.compile(r"^\| (\d+k) \| (\d+) \| ([\d.]+) \| (\d+) \|", re.M)
+
+
+def logged(path: Path, direction: str | None) -> dict:
+    out = {}
+    for line in path.read_text().splitlines():
+        m = LINE.search(line)
+        if m and (direction is None or m.group(1) == direction):
+            out[(m.group(2), m.group(3))] = (m.group(4), m.group(5))
+    return out
+
+
+@pytest.mark.parametrize(("folder", "stage"), STAGES, ids=[f"{f}-{s.name}" for f, s in STAGES])
+def test_the_measured_section_quotes_its_log(folder, stage):
+    _discover, command, direction = LINEAGES[folder]
+    notes = stage.notes_path.read_text()
+    assert notes.index("## Prediction") < notes.index("## Measured") < notes.index("## What the compiler made of it")
+    measured = notes[notes.index("## Measured"):notes.index("## What the compiler made of it")]
+    assert f"`{command}`" in measured
+    logs = re.findall(r"`(bench/logs/[^`]+\.log)`", measured)
+    assert len(logs) == 1 and (ROOT / logs[0]).is_file(), logs
+    assert f"`bench/results/{folder}/nvidia-h200.json`" in measured
+    found = logged(ROOT / logs[0], direction)
+    rows = ROW.findall(measured)
+    assert rows and [size for size, *_ in rows] == [size for size, arm in found if arm == f"stage {stage.id}"]
+    for size, gbps, copy_ratio, copy_gbps in rows:
+        assert (gbps, copy_ratio) == found[(size, f"stage {stage.id}")], (size, gbps, copy_ratio)
+        assert copy_gbps == found[(size, "copy")][0], size
