@@ -82,6 +82,7 @@ def test_the_draft_reads_as_the_next_backward_stage(tmp_path):
     # stage 06's roles, buffers and pictures' keys: the change is the consumers' order alone
     assert seven.threads == six.threads == 384
     assert [(r.name, r.warps, r.registers) for r in seven.roles] == [(r.name, r.warps, r.registers) for r in six.roles]
+    assert seven.roles[0] == six.roles[0]  # the producer, tasks and all: its loads, dQ warps and turns are 06's
     assert seven.smem == six.smem and seven.smem_bytes == six.smem_bytes
     assert seven.diagram == six.diagram and seven.diagram.dq_deterministic == "ordered"
     assert [o.op for o in seven.schedule] == [o.op for o in six.schedule]
@@ -90,12 +91,16 @@ def test_the_draft_reads_as_the_next_backward_stage(tmp_path):
 
 def test_the_draft_s_figures_draw(tmp_path):
     from site_gen.diagrams.backward import backward_diagrams
+    from site_gen.diagrams.backward import facts as bwd
 
     folder = _tree(tmp_path)
     stages = lineage.discover(folder)
     assert stages[-1].dir.name == DRAFT
     figures = backward_diagrams(stages[-1], stages)
     assert len(figures) == 4
+    # the dQ figure reads the deterministic order from the spec: the last key block first, as 06
+    seven, six = stages[-1], stages[-2]
+    assert bwd.dq_path(seven) == bwd.dq_path(six) and bwd.dq_path(seven).ordered.down
 
 
 def test_the_draft_compiles_as_its_notes_say(tmp_path):
