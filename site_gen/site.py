@@ -292,8 +292,11 @@ def _rmsnorm_overview(inp: inputs.Inputs, site: Site) -> str:
                           f"{env.get('cuda', '?')}, driver {env.get('driver', '?')}.\n")
     else:
         environment_md = f"No RMSNorm run recorded yet: {rowwise_numbers.NOT_MEASURED.lower()}.\n"
+    lineages = [("RMSNorm", "", inp.rmsnorm, main)] + [
+        (part_ii.BY_FOLDER[folder].label, f"../{folder}/", stages, (inp.part_ii_results.get(folder) or [None])[0])
+        for folder, stages in inp.part_ii.items()]
     return rowwise.overview_page(
-        inp.rmsnorm, climb_md=climb_md,
+        inp.rmsnorm, climb_md=climb_md, targets_md=rowwise_numbers.targets_table(lineages),
         numbers_md=(f"Numbers from {main.gpu_name}; GB/s, and × the copy of the same run.\n\n" if main else
                     f"{rowwise_numbers.NOT_MEASURED}: every cell waits for a GPU run.\n\n")
         + rowwise_numbers.overview_table(inp.rmsnorm, inp.rmsnorm_hashes, main),

@@ -318,3 +318,49 @@ def climb_diagram(data: dict, gpu_name: str, date: str, *, chart_id: str = "clim
     cap = (f"One run ({date}): every stage, the copy and the peers timed in it, so each ratio is a same-run ratio. "
            f"{counts}")
     return Diagram(chart_id, title, "chart", None, c.tostring(), cap, W, c.height)
+
+
+# --- the targets ---------------------------------------------------------------------------------
+
+TARGET_COPY, TARGET_QUACK = 0.93, 1.00  # issue #30: at every length, forward and backward
+
+
+def best_stage(stages, res, size: str) -> tuple | None:
+    """(stage, its entry) of the fastest measured stage of one run at one length (None: none measured)."""
+    found = [(s, e) for s in stages if _ok(e := res.entry(_arm(s), size))]
+    return max(found, key=lambda se: se[1]["gbps"]) if found else None
+
+
+def targets_table(lineages: list[tuple[str, str, list, object]]) -> str:
+    """Each lineage's fastest stage at every length of the records against the copy and QuACK of the same run, and
+    whether it reaches the targets (≥ 0.93× the copy and ≥ 1.00× QuACK); ``lineages``: (label, the pages'
+    folder relative to this page, stages, main record). "" when no lineage has a record."""
+    rows = []
+    present = {size for _l, _w, _s, res in lineages if res is not None for size in res.sizes()}
+    sizes = [size for size in records.SIZE_ORDER if size in present]  # every length some record has
+    for label, where, stages, res in lineages:
+        if res is None:
+            continue
+        cells = []
+        for size in sizes:
+            best = best_stage(stages, res, size)
+            if best is None:
+                cells.append("not in the run" if res.entry("copy", size) is None else "–")
+                continue
+            s, e = best
+            vs = e.get("vs") or {}
+            copy, quack = vs.get("copy"), vs.get("quack")
+            met = copy is not None and copy >= TARGET_COPY and quack is not None and quack >= TARGET_QUACK
+            cells.append(f"{'**' if met else ''}{_ratio(copy)} copy · {_ratio(quack)} QuACK{'**' if met else ''}"
+                         f"<br><small>[stage {s.id}]({where}{s.name}.md#benchmark)"
+                         f"{' · both targets' if met else ''}</small>")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    if not rows:
+        return ""
+    return "\n".join([
+        f"The fastest stage of each lineage at each length, × the copy and × QuACK of the same run (> 1 is faster); "
+        f"in bold where it reaches both of the part's targets, ≥ {TARGET_COPY:.2f}× the copy and "
+        f"≥ {TARGET_QUACK:.2f}× QuACK. A dash under QuACK: QuACK did not run there.\n",
+        "| Lineage | " + " | ".join(sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+        *rows, ""])

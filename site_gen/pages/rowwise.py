@@ -159,7 +159,9 @@ instance) and its numbers.
 """
 
 
-def overview_page(stages, *, climb_md: str, numbers_md: str, compiler_md: str, environment_md: str) -> str:
+def overview_page(stages, *, climb_md: str, numbers_md: str, compiler_md: str, environment_md: str,
+                  targets_md: str = "") -> str:
+    """``targets_md``: every Part II lineage's fastest stage against the targets (none without a record)."""
     rows = ["| Stage | The one change | who holds a row (4k / 16k / 64k / 256k) | x read |", "|---|---|---|---:|"]
     for s in stages:
         lays = model.layouts(s)
@@ -174,6 +176,7 @@ def overview_page(stages, *, climb_md: str, numbers_md: str, compiler_md: str, e
         INTRO.format(first=title(first), first_name=first.name),
         "## The climb {#climb}\n",
         climb_md,
+        *(["## Against the targets {#targets}\n", targets_md] if targets_md else []),
         "## The stages {#stages}\n",
         "\n".join(rows) + "\n",
         "## The numbers {#numbers}\n",
