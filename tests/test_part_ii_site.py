@@ -257,13 +257,13 @@ def test_the_overview_sets_every_lineage_against_the_targets(measured):
     assert "| Lineage | 4k | 8k | 16k | 64k | 256k |" in part
     backward = next(line for line in part.splitlines() if line.startswith("| RMSNorm backward |"))
     cells = backward.split(" | ")[1:]
-    assert cells[0].startswith("0.884× copy · 1.059× QuACK<br><small>[stage 04](../rmsnorm_backward/04-cluster")
-    assert cells[2].startswith("**0.931× copy · 1.458× QuACK**") and "both targets" in cells[2]  # 16k, stage 05
-    assert cells[4].startswith("0.732× copy · 1.785× QuACK") and "stage 06" in cells[4]
+    assert cells[0].startswith("0.884× copy<br>1.059× QuACK<br><small>[stage 04](../rmsnorm_backward/04-cluster")
+    assert cells[2].startswith("**0.931× copy**<br>**1.458× QuACK**") and "both targets" in cells[2]  # 16k, stage 05
+    assert cells[4].startswith("0.732× copy<br>1.785× QuACK") and "stage 06" in cells[4]
     softmax = next(line for line in part.splitlines() if line.startswith("| Softmax |"))
     assert softmax.split(" | ")[2] == "not in the run"  # the softmax bench has no 8k
     assert "**" not in softmax  # no length meets both
-    assert "**1.033× copy · 1.006× QuACK**" in part  # the softmax backward at 4k
+    assert "**1.033× copy**<br>**1.006× QuACK**" in part  # the softmax backward at 4k
 
 
 def test_no_targets_without_records(rendered):

@@ -351,7 +351,8 @@ def targets_table(lineages: list[tuple[str, str, list, object]]) -> str:
             vs = e.get("vs") or {}
             copy, quack = vs.get("copy"), vs.get("quack")
             met = copy is not None and copy >= TARGET_COPY and quack is not None and quack >= TARGET_QUACK
-            cells.append(f"{'**' if met else ''}{_ratio(copy)} copy · {_ratio(quack)} QuACK{'**' if met else ''}"
+            bold = "**" if met else ""
+            cells.append(f"{bold}{_ratio(copy)} copy{bold}<br>{bold}{_ratio(quack)} QuACK{bold}"
                          f"<br><small>[stage {s.id}]({where}{s.name}.md#benchmark)"
                          f"{' · both targets' if met else ''}</small>")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
