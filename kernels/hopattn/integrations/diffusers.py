@@ -22,8 +22,8 @@ Training: a call that needs a gradient (a transformer whose parameters require g
 is served where hopattn's backward serves its head dim (128; at another, "gradient needed at head
 dim N ..." sends it to the native backend, whose gradient it gets), and its gradients come from
 hopattn's backward. ``register(deterministic=True)`` gives gradients identical bit for bit run to
-run; None (default) follows ``torch.use_deterministic_algorithms``. Double backward is not supported (the second backward
-raises, see hopattn.integrations.transformers).
+run; None (default) follows ``torch.use_deterministic_algorithms``. Double backward is not
+supported (the second backward raises, see hopattn.integrations.transformers).
 
 ``unregister`` takes the name out of ``AttentionBackendName`` again, so ``set_attention_backend``
 refuses it with diffusers' own error; a model that was switched to it before keeps a backend that
