@@ -108,7 +108,7 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     out, lse = api.attention(q, k, v, causal=causal, return_lse=True)  # the forward's final stage
     grads = [torch.empty_like(q) for _ in range(3)]
     tensors = (q, k, v, out, dout, *grads)
-    stats_n, accum_n = plain.workspace(SHAPE.batch, SHAPE.heads, SHAPE.len_q, False)
+    stats_n, accum_n = plain.workspace(SHAPE.batch, SHAPE.heads, SHAPE.kv, SHAPE.len_q, False)
     row_stats = torch.empty(stats_n, dtype=torch.float32, device="cuda")
     dq_accum = torch.empty(max(accum_n, 1), dtype=torch.float32, device="cuda")
     events = torch.zeros(MAX_CTAS * warps * capacity * 4, dtype=torch.int32, device="cuda")

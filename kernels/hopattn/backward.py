@@ -123,7 +123,7 @@ def _run(call: contract.Call, dout, q, k, v, out, lse, dlse, deterministic: bool
     s = call.stage
     _check_device_supports(s, q.device)
     lib = _library(s.number)
-    stats_n, accum_n = lib.workspace(call.batch, call.heads, call.len_q, deterministic)
+    stats_n, accum_n = lib.workspace(call.batch, call.heads, call.kv_heads, call.len_q, deterministic)
     row_stats = torch.empty(stats_n, dtype=torch.float32, device=q.device)
     dq_accum = torch.empty(accum_n, dtype=torch.float32, device=q.device) if accum_n else None
     tensors = (q, k, v, out, dout, dq, dk, dv)

@@ -137,11 +137,16 @@ public:
     BackwardLibrary(const BackwardLibrary&) = delete;
     BackwardLibrary& operator=(const BackwardLibrary&) = delete;
 
-    // (row_stats floats, dq_accum floats) the launch needs for these sizes.
-    std::pair<int64_t, int64_t> workspace(int batch, int heads, int len_q, bool deterministic) const {
+    // (row_stats floats, dq_accum floats) the launch needs for these sizes. kv_heads too: from stage 05
+    // on the row_stats workspace ends with a key-block ticket per (batch, K/V head).
+    std::pair<int64_t, int64_t> workspace(int batch, int heads, int kv_heads, int len_q, bool deterministic) const {
+        if (kv_heads <= 0 || kv_heads > heads)
+            throw std::invalid_argument("kv_heads: expected 1 to heads (" + std::to_string(heads) + "), got " +
+                                        std::to_string(kv_heads));
         AttnBwdParams p{};
         p.batch = batch;
         p.heads = heads;
+        p.kv_heads = kv_heads;
         p.len_q = len_q;
         p.deterministic = deterministic ? 1 : 0;
         int64_t stats = 0, accum = 0;
@@ -254,8 +259,8 @@ PYBIND11_MODULE(_native, m) {
     m.attr("BACKWARD_ABI_VERSION") = HOPATTN_BACKWARD_ABI_VERSION;
     py::class_<BackwardLibrary>(m, "BackwardLibrary")
         .def(py::init<const std::string&>(), py::arg("path"))
-        .def("workspace", &BackwardLibrary::workspace, py::arg("batch"), py::arg("heads"), py::arg("len_q"),
-             py::arg("deterministic"))
+        .def("workspace", &BackwardLibrary::workspace, py::arg("batch"), py::arg("heads"), py::arg("kv_heads"),
+             py::arg("len_q"), py::arg("deterministic"))
         .def("launch", &BackwardLibrary::launch, py::arg("pointers"), py::arg("strides"), py::arg("lse"),
              py::arg("dlse"), py::arg("row_stats"), py::arg("dq_accum"), py::arg("batch"), py::arg("heads"),
              py::arg("kv_heads"), py::arg("len_q"), py::arg("len_k"), py::arg("head_dim"), py::arg("scale"),
