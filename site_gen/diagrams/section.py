@@ -13,11 +13,15 @@ from .diagram import Diagram
 
 FOLDER = "assets/generated/diagrams"  # the standalone files, relative to the docs root
 KINDS = ("memory", "roles", "timeline")
+# Per-stage pictures that only some stages have (structure.py: the code by role, stage 23 on); they
+# are "unchanged since" as KINDS are. (The gallery's places of unchanged pictures stay KINDS'.)
+PARTS = KINDS + ("structure",)
 KIND_TITLE = {"memory": "Memory movement", "roles": "Warp roles", "timeline": "Pipeline timeline",
-              "concept": "Concepts"}
+              "structure": "The code by role", "concept": "Concepts"}
 UNCHANGED = {"memory": "the operands move as they did there",
              "roles": "the roles and their hand-offs are the same",
-             "timeline": "the schedule model places the same work"}
+             "timeline": "the schedule model places the same work",
+             "structure": "each role calls the same functions with the same state"}
 
 
 def figures(diagrams: list[Diagram], site, depth: int, thumbs: bool = False, *, scroll: bool | int = False,
@@ -54,7 +58,7 @@ def stage_parts(stage, mine: list[Diagram], drawn: dict, lead: str | None, site)
     """Markdown for each part of ## Diagrams (memory, roles, timeline, concepts): a figure, or a line
     saying where it is drawn (at the top of the page, or on the stage where it last changed)."""
     parts: dict[str, str] = {}
-    for kind in KINDS:
+    for kind in PARTS:
         d = _of(mine, kind)
         if d is None:
             continue
@@ -62,13 +66,21 @@ def stage_parts(stage, mine: list[Diagram], drawn: dict, lead: str | None, site)
         if d.id == lead:
             parts[kind] = "Drawn at the top of this page, as the figure of this stage's change.\n"
         elif since is not None:
-            parts[kind] = (f"Unchanged since [stage {since.id}]({since.name}.md#{kind}): {UNCHANGED[kind]}.\n")
+            parts[kind] = (f"Unchanged since [stage {since.id}]({since.name}.md#{kind}): {UNCHANGED[kind]}"
+                           f"{_drawn_for(stage) if kind != 'structure' else ''}.\n")
         else:
             parts[kind] = site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2))
     concepts = [d for d in mine if d.kind == "concept" and d.id != lead]
     if concepts:
         parts["concepts"] = site.add_fragment(f"concepts-{stage.name}", figures(concepts, site, depth=2))
     return parts
+
+
+def _drawn_for(stage) -> str:
+    """', drawn for head dim D' on a stage that serves several head dims (issue #29), else ''."""
+    if len(getattr(stage, "head_dims", ())) <= 1:
+        return ""
+    return f" (drawn for head dim {stage.head_dim}, of {stage.head_dims_text()})"
 
 
 def lead_figure(mine: list[Diagram], lead: str | None, site) -> str:
@@ -85,6 +97,6 @@ def distinct(stages, drawn: dict) -> list[Diagram]:
     out = []
     for s in stages:
         for d in drawn[s.number][1]:
-            if d.kind == "concept" or d.kind not in KINDS or last_change(d.kind, s, drawn) is None:
+            if d.kind == "concept" or d.kind not in PARTS or last_change(d.kind, s, drawn) is None:
                 out.append(d)
     return out

@@ -30,6 +30,9 @@ DISAGREE = 0.15  # measured and predicted time per K/V step further apart than t
 # GHz, MUFU and FMA are taken at 1.98; a load-bound step is memory's, which no SM clock scales.
 MODEL_MHZ = {"tensor": rates.TENSOR_CLOCK_HZ / 1e6, "softmax": rates.CLOCK_HZ / 1e6,
              "epilogue": rates.CLOCK_HZ / 1e6}
+# The first line of the timeline part of a stage without a trace: the page heads it as the schedule
+# model's prediction alone (pages/stage.py), not as measured.
+UNTRACED = "<!-- hd-timeline: no trace recorded, the schedule model's prediction alone -->\n"
 STALE = '<span class="hd-stale" title="recorded on older sources of this stage">stale</span>'
 
 
@@ -118,7 +121,7 @@ def stage_section(stage, prev, inp, site, cache, keep: dict | None = None) -> st
         html = (_p("No trace of this stage is recorded yet: `python -m bench.trace` on a GPU writes one "
                    "(`bench/results/traces/<gpu>/<NN>.json`). Below, the schedule model's prediction alone.")
                 + figures([by_id[f"s{stage.id}-timeline"]], site, depth=2))
-        return _wrap(stage, site, html)
+        return UNTRACED + _wrap(stage, site, html)
     tabs = []
     if keep is not None:
         first = next(suffix for rec, suffix in _tab_order(stage, record, causal_record) if rec is not None)

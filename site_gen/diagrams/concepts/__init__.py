@@ -6,6 +6,7 @@ returns a Diagram whose id is "c-<slug>" so that it is unique across the site.
 
 from __future__ import annotations
 
+from .. import head_dims
 from . import attention, basics, hopper, machine, scheduling
 
 # stage number -> concept builder, in page order.
@@ -33,6 +34,7 @@ CONCEPTS = (
     (20, attention.gqa_heads),
     (21, attention.deferred_max),
     (22, scheduling.tile_coordinates),
+    (24, head_dims.head_dim_tiles),
 )
 
 # The hand-written pages' own figures (docs/<page>), in page order; they belong to no one stage.
