@@ -24,10 +24,15 @@ WAITS = {"wait_qdo", "wait_qk", "wait_dp", "wait_ds_free", "wait_ds", "wait_dq",
          "wait_turn", "wait_dq_done", "wait_step"}
 
 
+def _computing(role):
+    """A warp that computes: "compute*" (stages 03-05), "consumer0" and "consumer1" (06 on)."""
+    return role.startswith("compute") or role.startswith("consumer")
+
+
 def per_step(record):
     stats = record["stats"]
     roles = record["roles"]
-    compute_warps = sum(1 for r in roles if r.startswith("compute") or r == "consumer")
+    compute_warps = sum(1 for r in roles if _computing(r))
     steps = stats["qk"]["count"] / max(1, compute_warps)  # steps of all traced CTAs
     out = {"per_step_ns": record["per_step_ns"], "steps": steps, "consumer": {}, "producer": {}}
     for name in CONSUMER:
@@ -75,7 +80,7 @@ def main(paths):
 
 def consumer_leads(record):
     """The first warp of each computing warpgroup (stages 03-05: warps 0 and 4; 06 on: 4 and 8)."""
-    computing = [i for i, r in enumerate(record["roles"]) if r.startswith("compute") or r == "consumer"]
+    computing = [i for i, r in enumerate(record["roles"]) if _computing(r)]
     return tuple(sorted({i // 4 * 4 for i in computing}))
 
 
