@@ -42,12 +42,16 @@ def test_the_lineage_has_the_hopper_shapes(stages):
 
 
 def test_three_per_stage_plus_concepts_at_least_sixty(stages, diagrams):
+    from site_gen.diagrams.structure import FIRST
+
     assert len(diagrams) >= 60
     numbers = {s.number for s in stages}
-    assert len(diagrams) == 3 * len(stages) + sum(n in numbers for n, _ in CONCEPTS)
+    by_role = sum(s.number >= FIRST for s in stages)  # the code by role (structure.py), stage 23 on
+    assert by_role >= 1
+    assert len(diagrams) == 3 * len(stages) + by_role + sum(n in numbers for n, _ in CONCEPTS)
     for s in stages:
         kinds = [d.kind for d in diagrams if d.stage == s.number and d.kind != "concept"]
-        assert kinds == ["memory", "roles", "timeline"]
+        assert kinds == ["memory", "roles", "timeline"] + (["structure"] if s.number >= FIRST else [])
     assert all(isinstance(d, Diagram) for d in diagrams)
     for d in diagrams:
         ET.fromstring(d.svg)

@@ -31,10 +31,54 @@ def _events(group) -> list:
     return [e for e in group.iter(SVG + "g") if "hd-ev" in (e.get("class") or "").split()]
 
 
+# The stages whose trace is not recorded yet: no GPU time was left when they joined the lineage.
+# `python -m bench.trace --stages 23,24` on an H200 writes bench/results/traces/nvidia-h200/23.json,
+# 23-causal.json, 24.json and 24-causal.json; then take them out of this set.
+AWAITING_TRACE = {"23", "24"}
+TRACED = sorted(sid for sid in STAGES if sid not in AWAITING_TRACE)
+
+
 def test_every_stage_has_a_committed_trace_and_the_later_ones_a_causal_one():
-    for sid, stage in STAGES.items():
+    for sid in TRACED:
+        stage = STAGES[sid]
         assert (sid, False) in RECORDS, sid
         assert ((sid, True) in RECORDS) == stage.causal, sid
+    for sid in sorted(AWAITING_TRACE):
+        assert sid in STAGES, f"stage {sid} is awaiting a trace but is not in the lineage"
+        recorded = [k for k in RECORDS if k[0] == sid]
+        assert not recorded, f"stage {sid} has its trace now ({recorded}): take it out of AWAITING_TRACE"
+
+
+class _Inputs:
+    """What the timeline part reads of the site's inputs: the committed records."""
+
+    trace_gpu = "nvidia-h200"
+
+    def trace(self, stage, causal):
+        return RECORDS.get((stage.id, causal))
+
+
+@pytest.mark.parametrize("sid", sorted(AWAITING_TRACE))
+def test_the_page_of_a_stage_awaiting_its_trace_says_so_and_heads_it_predicted(sid):
+    from site_gen.cache import DiskCache
+    from site_gen.diagrams.timeline_section import UNTRACED, stage_section
+    from site_gen.pages.stage import PREDICTED_HEADING, diagrams_section
+    from site_gen.site import Site
+
+    ids = sorted(STAGES)
+    stage, prev = STAGES[sid], STAGES[ids[ids.index(sid) - 1]]
+    site = Site()
+    part = stage_section(stage, prev, _Inputs(), site, DiskCache(None))
+    assert part.startswith(UNTRACED)
+    html = "\n".join(site.fragments.values())
+    assert "No trace of this stage is recorded yet: <code>python -m bench.trace</code> on a GPU writes one" in html
+    assert f'id="s{sid}-timeline"' in html  # the schedule model's own window instead
+    page = diagrams_section({"timeline": part}, "")
+    assert f"### {PREDICTED_HEADING} {{#timeline}}" in page and "measured" not in page.split("\n")[0]
+    # a traced stage keeps its heading
+    traced = diagrams_section({"timeline": stage_section(STAGES["22"], STAGES["21"], _Inputs(), Site(),
+                                                         DiskCache(None))}, "")
+    assert "### Timeline: measured and predicted {#timeline}" in traced
 
 
 @pytest.mark.parametrize("key", KEYS, ids=IDS)
@@ -130,7 +174,7 @@ def _bars(sid: str) -> list[tuple]:
 
 
 def test_no_two_neighbouring_stages_have_the_same_timeline():
-    ids = sorted(STAGES)
+    ids = TRACED
     drawn = {sid: _bars(sid) for sid in ids}
     for a, b in zip(ids, ids[1:]):
         assert drawn[a] != drawn[b], (a, b)
@@ -186,7 +230,7 @@ def test_from_stage_13_the_pv_is_in_flight_during_the_warps_own_softmax():
     assert overlap("12") < 0.05
 
 
-@pytest.mark.parametrize("sid", sorted(STAGES), ids=sorted(STAGES))
+@pytest.mark.parametrize("sid", TRACED, ids=TRACED)
 def test_the_model_is_drawn_for_the_same_window_on_the_same_scale(sid):
     stage, rec = STAGES[sid], RECORDS[(sid, False)]
     lay = trace_lanes.layout(rec)

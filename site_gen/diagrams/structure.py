@@ -80,15 +80,16 @@ def _draw_segments(c: Canvas, x: float, y: float, segs, bold_first: bool = False
 
 
 class _Box:
-    def __init__(self, title: str, sub: str, x: float, w: float, fill: str):
+    def __init__(self, title: str, sub: str, x: float, w: float, fill: str, new: set[str] = frozenset()):
         self.title, self.sub, self.x, self.w, self.fill = title, sub, x, w, fill
-        self.rows: list[tuple[float, list]] = []  # (indent px, segments)
+        self.rows: list[tuple[float, list, bool, bool]] = []  # (indent px, segments, first line, new)
         self.notes: list[str] = []
+        self.new = new  # function keys the previous stage's kernel does not have
 
     def add(self, level: int, head: str, fn: Function, tail: str = ""):
-        inner = self.w - 2 * PAD - 16 * level
+        inner = self.w - 2 * PAD - 16 * level - 40
         for i, ln in enumerate(_lines(_segments(head, fn, tail), inner)):
-            self.rows.append((16 * level, ln, i == 0))
+            self.rows.append((16 * level, ln, i == 0, fn.key in self.new))
 
     def note(self, text: str):
         self.notes += wrap(text, self.w - 2 * PAD, 12)
@@ -105,7 +106,12 @@ class _Box:
             c.text(self.x + PAD + text_width(self.title, 13, bold=True) + 10, y + 19, self.sub, size=12, mono=True,
                    fill="muted")
         yy = y + 30 + 12
-        for indent, segs, first in self.rows:
+        for indent, segs, first, new in self.rows:
+            if new:
+                w = sum(_mono_w(t) for t, _col in segs)
+                c.rect(self.x + PAD + indent - 3, yy - 12, w + 6, 16, fill="hl", rx=2)
+                if first:
+                    c.text(self.x + PAD + indent + w + 8, yy, "new", size=12, weight="600", fill="hlfg")
             _draw_segments(c, self.x + PAD + indent, yy, segs, bold_first=first and indent == 0)
             yy += LINE
         yy += 2
@@ -224,23 +230,27 @@ def structure_diagram(stage, stages) -> Diagram:
         raise StructureError(f"{ks.path}: {main_owner}'s functions call no other struct's methods (the softmax)")
     soft_owner = soft_owners[0]
 
+    prev = [s for s in stages if s.number == stage.number - 1 and applies(s)]
+    new = set()
+    if prev:
+        before_keys = set(parse(prev[0].kernel_path).functions)
+        new = {k for k in ks.functions if k not in before_keys}
     inner_w = X1 - X0
-    boxes = []
     setup_objects = [f"{t} {n}" for n, t in ks.objects.items() if t == sched]
-    setup = _Box("Setup, every thread", f"{ks.entry.name}: {ks.entry.lines} lines", X0, inner_w, "stroke")
+    setup = _Box("Setup, every thread", f"{ks.entry.name}: {ks.entry.lines} lines", X0, inner_w, "stroke", new=new)
     for c in ks.setup:
         setup.add(0, _head(c), c.function, _tail(c.function))
     setup.note(f"then {' and '.join(setup_objects)}; warpgroup 0 takes the producer's branch, the others the "
                "consumers' (setmaxnreg_dec, setmaxnreg_inc)")
 
     prod = _Box(f"Producer: {prod_methods[0].via}.{run.name}", f"{run.owner}, one thread of warp 0", X0, inner_w,
-                "producer")
+                "producer", new=new)
     for lvl, c in run_tree:
         prod.add(lvl, _head(c), c.function, _tail(c.function))
     for st in _owned_state(ks, [run] + [c.function for _l, c in run_tree]):
         prod.note(_state_note(ks, st, _local_name(run, st)))
 
-    sch = _Box("Tile scheduler", sched, X0, inner_w, "accent")
+    sch = _Box("Tile scheduler", sched, X0, inner_w, "accent", new=new)
     p_keys = {c.function.key for c in sched_calls_p}
     c_keys = {c.function.key for c in ks.consumer if c.function.owner == sched}
     for name in ks.structs[sched].methods:
@@ -248,12 +258,12 @@ def structure_diagram(stage, stages) -> Diagram:
         who = " and ".join(r for r, keys in (("producer", p_keys), ("consumers", c_keys)) if fn.key in keys)
         sch.add(0, name, fn, _tail(fn) + (f"   ({who})" if who else ""))
 
-    cons = _Box("Consumer warpgroups: the loop over output tiles", f"{ks.entry.name}", X0, inner_w, "consumer")
+    cons = _Box("Consumer warpgroups: the loop over output tiles", f"{ks.entry.name}", X0, inner_w, "consumer", new=new)
     for c in ks.consumer:
         cons.add(0, _head(c), c.function, _tail(c.function))
 
     half = (inner_w - 20) * 0.64
-    main = _Box(f"Mainloop, mma side", main_owner, X0, half, "tensor")
+    main = _Box(f"Mainloop, mma side", main_owner, X0, half, "tensor", new=new)
     for c in main_roots:
         main.add(0, _head(c), c.function)
     for lvl, x in main_tree:
@@ -262,11 +272,11 @@ def structure_diagram(stage, stages) -> Diagram:
         main.note(_state_note(ks, st))
 
     epi_x = X0 + half + 20
-    epi = _Box("Epilogue", epi_owner, epi_x, X1 - epi_x, "epilogue")
-    for c in [c for c in cons_methods if c.function.owner == epi_owner]:
-        epi.add(0, c.function.name, c.function)
+    epi = _Box("Epilogue", epi_owner, epi_x, X1 - epi_x, "epilogue", new=new)
+    for lvl, c in ks.tree([c for c in cons_methods if c.function.owner == epi_owner]):
+        epi.add(lvl, c.function.name, c.function)
 
-    soft = _Box("Softmax", soft_owner, X0, half, "softmax")
+    soft = _Box("Softmax", soft_owner, X0, half, "softmax", new=new)
     for name in ks.structs[soft_owner].methods:
         fn = ks.functions[f"{soft_owner}::{name}"]
         soft.add(0, name, fn, _tail(fn))
@@ -283,7 +293,7 @@ def structure_diagram(stage, stages) -> Diagram:
             f"{old.kernel} of {old.lines} lines with {len(old.names)} lambdas capturing by reference.")
     c = Canvas(did, W, 2000, title, desc)
     c.heading(title)
-    c.text(X0, 42, f"kernels/attention/{stage.name}/kernel.cu, parsed: each function in the order its role calls it; "
+    c.text(X0, 42, f"kernels/attention/{stage.kernel_path.parent.name}/kernel.cu, parsed: each function in the order its role calls it; "
                    "the ones it calls indented", size=12, fill="muted")
     y = 54
     gap_label = 12
@@ -356,8 +366,14 @@ def structure_diagram(stage, stages) -> Diagram:
         else:
             c.text(x, y + 4, text, size=FN, mono=True, fill=col)
             x += _mono_w(text)
+    if new:
+        y += 20
+        c.rect(X0 - 3, y - 8, 40, 16, fill="hl", rx=2)
+        c.text(X0, y + 4, "new", size=12, weight="600", fill="hlfg")
+        c.text(X0 + 44, y + 4, f"not in stage {prev[0].id}'s kernel.cu: " + ", ".join(sorted(new)), size=12,
+               fill="muted")
     y += 18
-    was = (f"Stage {old_stage.id} ({old_stage.name}/kernel.cu): one __global__ {old.kernel} of {old.lines} lines; "
+    was = (f"Stage {old_stage.id} ({old_stage.kernel_path.parent.name}/kernel.cu): one __global__ {old.kernel} of {old.lines} lines; "
            f"the producer and the consumers two branches of it, their pieces {len(old.names)} lambdas capturing "
            f"everything by reference ([&]): {', '.join(old.names)}. What each reads and writes is in none of "
            "their signatures.")
