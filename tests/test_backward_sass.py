@@ -5,13 +5,18 @@ their notes say the compiler made of them must stay true — no spills, no wgmma
 ptxas, one bulk reduce-add and no vector reductions in the main kernel, shared memory as the spec's
 buffers add up; stage 05 without the second pass's kernel and with the deterministic mode's spin and
 count (the turn counters count down from the last key block: a REDG adding -1); stage 06's producer
-and consumers with their register budgets (setmaxnreg 24 and 240)."""
+and consumers with their register budgets (setmaxnreg 24 and 240). Stage 07 (stage 06 with the next
+step's Sᵀ issued behind dQ): stage 06's spec but for the consumers' order, no ptxas remark on the
+wgmma pipeline, the counts of HGMMA and of the waits on them, the next step's Sᵀ between dQ and the
+stores of the dQ share; the same SASS with and without its trace points, and the traced build's spills."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from hopattn import build, cuda_tools, lineage
@@ -23,7 +28,7 @@ STAGES = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
 # Per stage: the bulk reduce-adds in the main kernel's SASS, and its registers as ptxas reports them (the
 # notes': 04 246, 05 255, 06 168 at launch, 65536 / 384 rounded down, before setmaxnreg).
 REDUCE_ADDS = {"04_dq-bulk-reduce": 1, "05_ordered-dq": 1, "06_warp-specialized": 1}
-REGISTERS = {"04_dq-bulk-reduce": 246, "05_ordered-dq": 255, "06_warp-specialized": 168}
+REGISTERS = {"04_dq-bulk-reduce": 246, "05_ordered-dq": 255, "06_warp-specialized": 168, "07_scores-ahead": 168}
 
 
 def _stage(name: str) -> lineage.Stage:
@@ -140,3 +145,105 @@ def test_the_stage_compiles_as_its_notes_say(tmp_path, name):
     else:  # dQ's share into its tile (8 STS.128 a thread) between two barriers of its warpgroup's 128 threads
         assert dump.count("STS.128") == 8 and len(re.findall(r"BAR\.SYNC\S*\s+R\d+, 0x80\b", dump)) == 2
     assert dump.count("HGMMA.64x64x16") == 24 and dump.count("HGMMA.64x128x16") == 8
+
+
+# --- stage 07: the next step's scores ahead ---------------------------------------------------------
+
+SEVEN = "07_scores-ahead"
+REMARKS = ("C7512", "C7514", "C7517", "C7518", "C7519")  # ptxas serialising or waiting on the wgmmas
+
+
+def _compile(stage: lineage.Stage, kernel: Path, out: Path, traced: bool = False) -> tuple[str, str]:
+    """(the main kernel's ptxas report and the remarks about it, its SASS one instruction a line) of
+    one compile of ``kernel`` with the stage's flags."""
+    nvcc, cuobjdump = _tool_or_skip("nvcc"), _tool_or_skip("cuobjdump")
+    flags = [f for f in build.nvcc_flags(stage, traced) if f not in ("-shared", "-Xcompiler=-fPIC,-fvisibility=hidden")]
+    run = subprocess.run([nvcc, *flags, "-fatbin", "-o", str(out), str(kernel)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ptxas = run.stdout + run.stderr
+    main = ptxas[ptxas.index("Compiling entry function '_Z11dkdv_kernel"):]
+    main = main[:main.index("Compiling entry function", 10)] if "Compiling entry function" in main[10:] else main
+    dump = subprocess.run([cuobjdump, "-sass", str(out)], check=True, capture_output=True, text=True).stdout
+    dump = dump[dump.index("Function : _Z11dkdv_kernel"):]
+    dump = dump[:dump.index("Function :", 10)] if "Function :" in dump[10:] else dump
+    sass = [re.sub(r"^\s+/\*[0-9a-f]{4,}\*/\s*", "", line).split(";")[0].strip() for line in dump.splitlines()
+            if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]
+    remarks = "\n".join(line for line in ptxas.splitlines() if "dkdv_kernel" in line and "Potential" in line)
+    return main + remarks, "\n".join(sass)
+
+
+def test_stage_07_is_stage_06_but_for_the_consumers_order():
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    six, seven = _stage("06_warp-specialized"), _stage(SEVEN)
+    assert stages[-1].dir.name == SEVEN and seven.number == six.number + 1 == 7
+    assert (seven.block_m, seven.block_n, seven.head_dim) == (64, 128, 128) and seven.deterministic
+    assert seven.threads == six.threads == 384
+    assert [(r.name, r.warps, r.registers) for r in seven.roles] == [(r.name, r.warps, r.registers) for r in six.roles]
+    assert seven.roles[0] == six.roles[0]  # the producer, tasks and all: its loads, dQ warps and turns are 06's
+    assert seven.smem == six.smem and seven.smem_bytes == six.smem_bytes
+    assert seven.diagram == six.diagram and seven.diagram.dq_deterministic == "ordered"
+    assert [o.op for o in seven.schedule] == [o.op for o in six.schedule]
+    assert next(o for o in seven.schedule if o.op == "qk").after == ("load_q", "prev.dq")
+
+
+def test_stage_07_compiles_as_its_notes_say(tmp_path):
+    stage = _stage(SEVEN)
+    ptxas, sass = _compile(stage, stage.kernel_path, tmp_path / "seven.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, f"ptxas serialised or waited on the wgmmas: {ptxas}"
+    assert "0 bytes spill stores, 0 bytes spill loads" in ptxas, ptxas
+    assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168  # 65536 / 384 at launch
+    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL\s+0x18\b", sass)  # the producer: 24 registers
+    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL\s+\w+,\s*0xf0\b", sass)  # the consumers: 240
+    # three copies of parts of a step: the prologue (Sᵀ, dPᵀ), the loop (all five), the last step (dV, dK, dQ)
+    assert sass.count("HGMMA.64x64x16") == 48 and sass.count("HGMMA.64x128x16") == 16
+    assert sass.count("WARPGROUP.ARRIVE") == 8
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
+    assert sass.count("MUFU.EX2") == 64 and sass.count("STS.128") == 16
+    assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x1, 0x100") == 2 and sass.count("BAR.SYNC.DEFER_BLOCKING 0x2, 0x100") == 2
+    assert sass.count("UBLKRED.G.S.ADD.F32") == 1 and "REDG.E.ADD.F32" not in sass
+    assert "NANOSLEEP" in sass and "REDG.E.ADD.S32.STRONG.GPU" in sass  # the deterministic turns (stage 05's)
+    assert len(sass.splitlines()) == 3000
+
+    # The idea, in the loop's SASS: between a dQ product (dSᵀ read transposed) and the stores of its
+    # share, the next step's Sᵀ (K-major operands) and a wait that leaves one group in flight; after
+    # the stores, dPᵀ. The last step's copy stores after a wait for everything.
+    lines = sass.splitlines()
+    runs = [i for i, line in enumerate(lines) if line.startswith("STS.128") and not lines[i - 1].startswith("STS.128")
+            and not lines[i - 2].startswith("STS.128")]
+    runs = [i for i in runs if sum(1 for line in lines[i:i + 20] if line.startswith("STS.128")) == 8]
+    assert len(runs) == 2, runs
+
+    def gemms_before(i):
+        return [line for line in lines[:i] if "HGMMA" in line or "WARPGROUP.DEPBAR" in line]
+
+    loop, last = gemms_before(runs[0]), gemms_before(runs[1])
+    # dQ's last k-step, the wait<1> for dV and dK, the next step's Sᵀ (8 k-steps), the wait<1> for dQ
+    assert "HGMMA.64x64x16" in loop[-11] and "tnspA" in loop[-11] and loop[-10].endswith("gsb0, 0x1"), loop[-12:]
+    assert all("HGMMA.64x64x16" in line and "tnspA" not in line for line in loop[-9:-1]), loop[-9:]
+    assert loop[-1].endswith("gsb0, 0x1"), loop[-3:]
+    after = [line for line in lines[runs[0]:] if "HGMMA" in line][:8]
+    assert all("HGMMA.64x64x16" in line and "tnspA" not in line for line in after)  # dPᵀ of the next step
+    assert "tnspA" in last[-3] and last[-1].endswith("gsb0, 0x0") and last[-2].endswith("gsb0, 0x1"), last[-3:]
+
+
+def test_stage_07_s_trace_points_leave_the_sass_alone_and_its_traced_build_records(tmp_path):
+    from test_trace_points import without_trace_points
+
+    stage = _stage(SEVEN)
+    source = stage.kernel_path.read_text()
+    assert '#include "../common/trace_backward.cuh"' in source and "TRACE_END(qk, 0, step);" in source
+    # the stripped copy beside the stage, so that its includes (../common/) resolve
+    stripped = tmp_path / "kernels" / "attention_backward" / f"{SEVEN}-without" / "kernel.cu"
+    shutil.copytree(lineage.ATTENTION_DIR / "common", tmp_path / "kernels" / "attention" / "common")
+    shutil.copytree(lineage.BACKWARD_DIR / "common", tmp_path / "kernels" / "attention_backward" / "common")
+    stripped.parent.mkdir()
+    stripped.write_text(without_trace_points(source))
+    with_points = _compile(stage, stage.kernel_path, tmp_path / "with.fatbin")[1]
+    assert with_points == _compile(stage, stripped, tmp_path / "without.fatbin")[1]
+    ptxas, sass = _compile(stage, stage.kernel_path, tmp_path / "traced.fatbin", traced=True)
+    for remark in REMARKS:
+        assert remark not in ptxas, f"the traced build serialised or waited on the wgmmas: {ptxas}"
+    assert int(re.search(r"(\d+) bytes spill stores", ptxas).group(1)) == 36  # stage 06's traced build: 8
+    assert "CS2R" in sass and "STG.E.128" in sass  # the clock reads and the 16-byte rows
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
