@@ -44,7 +44,7 @@ def head_dim_tiles(stage, stages):
     rows = tiles(stage)
     drawn = stage.head_dim
     row_h, top = 98, 76
-    height = top + row_h * len(rows) + 60
+    height = top + row_h * len(rows) + 80
     c = canvas("head-dim-tiles", height, "The tile of each head dim (kernel.cu's HeadDimTile<D>)",
                "One row per head dim the stage serves: the CTA tile (query rows by keys, to scale), its consumer "
                "warpgroups and their registers, the K/V and Q buffers and where O is staged, the shared memory "
@@ -69,9 +69,9 @@ def head_dim_tiles(stage, stages):
         dv = "" if r["HEAD_DIM_V"] == r["HEAD_DIM"] else f"V {r['HEAD_DIM_V']}"
         c.text(xs["dim"], y + 24, str(r["HEAD_DIM"]), size=20, weight="600")
         c.text(xs["dim"] + 4 + text_width(str(r["HEAD_DIM"]), 20, bold=True), y + 24, dv, size=12, fill="muted")
-        c.text(xs["dim"], y + 42, f"HeadDimTile<{r['HEAD_DIM']}>", size=11, mono=True, fill="muted")
+        c.text(xs["dim"], y + 42, f"HeadDimTile<{r['HEAD_DIM']}>", size=12, mono=True, fill="muted")
         if hl:
-            c.text(xs["dim"], y + 58, "drawn on this page", size=11, fill="accent")
+            c.text(xs["dim"], y + 58, "drawn on this page", size=12, fill="accent")
         tw, th = r["BLOCK_N"] * scale, r["BLOCK_M"] * scale
         c.rect(xs["tile"], y + 4, tw, th, fill="s", stroke="s", opacity=0.2, rx=2)
         for k in range(1, r["CONSUMERS"]):
@@ -98,7 +98,7 @@ def head_dim_tiles(stage, stages):
             w = n / SMEM_LIMIT * bar_w
             c.rect(x, by, w, 20, fill=col, stroke=None, rx=0, opacity=0.9)
             if w > 30:
-                c.text(x + w / 2, by + 14, f"{name} {n // 1024}", size=11, anchor="middle", fill="bg")
+                c.text(x + w / 2, by + 14, f"{name} {n // 1024}", size=12, anchor="middle", fill="bg")
             x += w
         c.text(xs["smem"], by + 36, f"{kib(r['SMEM_BYTES'])} (barriers and tile ids {fmt_bytes(rest)})", size=12)
         # registers bar
@@ -109,16 +109,17 @@ def head_dim_tiles(stage, stages):
             w = n / r["CONSUMER_REGS"] * bar_w
             c.rect(x, ry, w, 16, fill=col, stroke=None, rx=0, opacity=0.9)
             if w > 34:
-                c.text(x + w / 2, ry + 12, f"{name} {n}", size=11, anchor="middle", fill="bg")
+                c.text(x + w / 2, ry + 12, f"{name} {n}", size=12, anchor="middle", fill="bg")
             x += w
         acc = r["O_REGS"] + r["S_REGS"] + r["P_REGS"]
         c.text(xs["end"], ry + 30, f"O + S + P = {r['O_REGS']} + {r['S_REGS']} + {r['P_REGS']} = {acc} of "
                                    f"{r['CONSUMER_REGS']} registers", size=12, anchor="end")
     y = top + len(rows) * row_h + 12
     c.legend(12, y + 12, [("q", "Q"), ("k", "K"), ("v", "V"), ("o", "O staging / O accumulators"),
-                          ("s", "S (fp32 scores)"), ("p", "P (bf16x2)")], size=11)
-    c.text(12, y + 32, "The CTA tile drawn to scale, its consumer warpgroups' rows split by dashes; a bar's full width "
-                       "is 227 KB of shared memory, or the consumer's setmaxnreg budget.", size=11, fill="muted")
+                          ("s", "S (fp32 scores)"), ("p", "P (bf16x2)")], size=12)
+    c.lines(12, y + 34, ["The CTA tile drawn to scale, its consumer warpgroups' rows split by dashes; a bar's full "
+                         "width is 227 KB of shared memory,", "or the consumer's setmaxnreg budget."], size=12,
+            leading=1.35, fill="muted")
     return done(c, stage, "The tile of each head dim, from kernel.cu's `HeadDimTile<D>` specialisations: the CTA's "
                           "query rows and keys, its consumer warpgroups and their registers, the buffers of each ring, "
                           f"where O is staged, and what fills the shared memory and a consumer's registers. The other "
