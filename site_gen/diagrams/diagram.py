@@ -11,7 +11,7 @@ from .svg import standalone
 class Diagram:
     id: str  # unique across the site, e.g. "s05-timeline"; prefixes every id inside svg
     title: str
-    kind: str  # "memory" | "roles" | "timeline" | "concept"
+    kind: str  # "memory" | "roles" | "timeline" | "structure" (stage 23 on) | "concept"
     stage: int | None  # the stage that introduces it
     svg: str  # complete <svg> (role="img", <title>, <desc>), colours via CSS variables
     caption: str  # markdown
