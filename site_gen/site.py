@@ -29,7 +29,7 @@ from .cache import DiskCache
 from .compiler_section import overview as compiler_overview
 from .compiler_section import rowwise as rowwise_compiler
 from .compiler_section import section as compiler
-from .diagrams import Diagram, concept_diagrams, diagram, doc_diagrams, stage_diagrams, timeline_section
+from .diagrams import Diagram, concept_diagrams, diagram, doc_diagrams, stage_diagrams, structure, timeline_section
 from .diagrams import section as diagrams
 from .diagrams.backward import backward_diagrams
 from .diagrams.rowwise import rowwise_diagrams
@@ -338,12 +338,16 @@ def _backward_overview(inp: inputs.Inputs, site: Site) -> str:
 
 def _diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
     """The stage's diagrams and concept pictures: a pure function of the specs (and of the code
-    that parses and draws them), so a kernel.cu or notes.md edit does not redraw them."""
+    that parses and draws them), so a kernel.cu or notes.md edit does not redraw them — except the
+    figures read from kernel.cu itself (stage 23 on: the code by role, against the stage before
+    23 and the previous stage; the tile of each head dim), whose sources are part of their key."""
 
     def make():
         return [dataclasses.asdict(d) for d in stage_diagrams(stage, stages) + concept_diagrams(stage, stages)]
 
-    drawn = cache.get("diagrams", [stage.name, specs], make,
+    sources = ([[s.name, s.kernel_path.read_text()] for s in stages
+                if structure.FIRST - 1 <= s.number <= stage.number] if structure.applies(stage) else [])
+    drawn = cache.get("diagrams", [stage.name, specs, sources], make,
                       code=[Path(diagram.__file__).parent, Path(lineage.__file__)], libraries=["svgwrite"])
     return [Diagram(**d) for d in drawn]
 
