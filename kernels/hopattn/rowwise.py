@@ -79,6 +79,9 @@ class Row:
 
 
 _COUNT = Kind("an integer >= 0", lambda v: _is_int(v) and v >= 0)
+# How a cluster's CTAs exchange a row's partial results: st.shared::cluster stores and a cluster barrier,
+# or st.async stores that count their bytes off each peer's mbarrier (no cluster barrier).
+EXCHANGES = ("st.shared::cluster", "st.async")
 VECTOR_BYTES = 16  # the held configurations' loads and stores: a uint4 of the row
 
 
@@ -139,6 +142,22 @@ class Config:
 
 
 @dataclass(frozen=True)
+class WalkConfig(Config):
+    """A [[config]] of Part II's other lineages (hopattn.rowwise_backward, hopattn.softmax_lineage): the
+    forward's keys, how often a streamed configuration walks the row, and how a cluster's CTAs exchange
+    their partial results."""
+
+    passes: int | None = optional(POSITIVE, None, doc="times a streamed configuration reads each element (its "
+                                                      "walks over the row); left out: 2")
+    exchange: str | None = optional(_choice(EXCHANGES), None, doc="how a cluster's CTAs exchange their partial "
+                                                                 "results; left out: st.shared::cluster")
+
+    @property
+    def reads(self) -> int:
+        return 1 if self.vectors else (self.passes or 2)
+
+
+@dataclass(frozen=True)
 class Supports:
     dtypes: tuple[str, ...] = key(_list_of(f"a list drawn from {DTYPES}", lambda x: x in DTYPES))
     tails: bool = key(BOOL, doc="any row length, not only multiples of the vector")
@@ -180,25 +199,32 @@ def load_spec(path: Path) -> RowSpec:
     return spec
 
 
-def _check_configs(spec: RowSpec, path: Path) -> None:
+def _check_configs(spec: RowSpec, path: Path, held_in: tuple[str, ...] = ("registers",),
+                   threads: tuple[int, ...] = ()) -> None:
     """[[config]] against itself and against the rest of the spec: what the figures draw from the
-    configurations is what [row] and [launch] say of the stage."""
+    configurations is what [row] and [launch] say of the stage. ``held_in``: the row.held of a stage whose
+    configurations hold the row; ``threads``: launch.threads that may stand for another kernel's CTA."""
     def fail(field: str, expected: str, got) -> SpecError:
         return SpecError(f"{path}: field '{field}' must be {expected} (got {got!r})")
 
+    cap = spec.launch.threads if spec.launch.threads not in threads else max(c.cta_threads for c in spec.config)
     for i, c in enumerate(spec.config):
         at = f"config[{i}]"
         if c.threads_per_row != 1 and c.threads_per_row % 32:
             raise fail(f"{at}.threads_per_row", "1 or a multiple of 32", c.threads_per_row)
-        if c.cta_threads > spec.launch.threads:
+        if c.cta_threads > cap:
             raise fail(f"{at}.rows_per_cta", f"at most launch.threads / threads_per_row = "
-                       f"{spec.launch.threads // c.threads_per_row}", c.rows_per_cta)
+                       f"{cap // c.threads_per_row}", c.rows_per_cta)
         if c.cluster > 1 and (c.rows_per_cta != 1 or not c.vectors or c.cluster > spec.launch.cluster):
             raise fail(f"{at}.cluster", f"1, or at most launch.cluster ({spec.launch.cluster}) for a held row "
                        "(vectors > 0) of one row a CTA", c.cluster)
         if c.vectors and c.max_cols is not None:
             raise fail(f"{at}.max_cols", "left out where the row is held (vectors > 0: it holds what they hold)",
                        c.max_cols)
+        if getattr(c, "passes", None) is not None and c.vectors:
+            raise fail(f"{at}.passes", "left out where the row is held (vectors > 0: it is read once)", c.passes)
+        if getattr(c, "exchange", None) is not None and c.cluster == 1:
+            raise fail(f"{at}.exchange", "left out where no cluster shares the row (cluster 1)", c.exchange)
     last = spec.config[-1]
     if last.vectors or last.max_cols is not None:
         raise fail(f"config[{len(spec.config) - 1}]", "a configuration that takes any row (vectors 0, no max_cols)",
@@ -211,14 +237,15 @@ def _check_configs(spec: RowSpec, path: Path) -> None:
     if levels != spec.row.reduction:
         raise fail("row.reduction", f"the levels of its [[config]]: {list(levels)}", list(spec.row.reduction))
     held = max(c.vectors for c in spec.config)
-    if (spec.row.held == "registers") != bool(held) or spec.row.vectors_per_thread != held:
+    if (spec.row.held in held_in) != bool(held) or spec.row.vectors_per_thread != held:
         raise fail("row.vectors_per_thread", f"the most vectors a [[config]] holds ({held}), and row.held "
-                   "'registers' exactly when it is > 0", spec.row.vectors_per_thread)
+                   f"{' or '.join(repr(h) for h in held_in)} exactly when it is > 0", spec.row.vectors_per_thread)
     if spec.row.reads != min(c.reads for c in spec.config):
         raise fail("row.reads", f"{min(c.reads for c in spec.config)} (the fewest of its [[config]])", spec.row.reads)
-    if max(c.cta_threads for c in spec.config) != spec.launch.threads:
-        raise fail("launch.threads", f"the largest CTA of its [[config]] ({max(c.cta_threads for c in spec.config)})",
-                   spec.launch.threads)
+    most = max(c.cta_threads for c in spec.config)
+    if spec.launch.threads != most and spec.launch.threads not in threads:
+        raise fail("launch.threads", f"the largest CTA of its [[config]] ({most})"
+                   + "".join(f" or {t}" for t in threads), spec.launch.threads)
     if max(c.cluster for c in spec.config) != spec.launch.cluster:
         raise fail("launch.cluster", f"the largest cluster of its [[config]] ({max(c.cluster for c in spec.config)})",
                    spec.launch.cluster)
@@ -303,6 +330,7 @@ def discover(root: Path = RMSNORM_DIR) -> list[RowStage]:
 
 _LAUNCHER_RE = re.compile(r"\bint\s+with_config\s*\(")
 _CONFIG_USE_RE = re.compile(r"\bConfig<([^<>]*)>\s*\{\s*\}")
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _LOCAL_RE = re.compile(r"\bconstexpr\s+(?:int|int64_t|auto)\s+([^;]+);")
 
 
@@ -356,8 +384,14 @@ def config_mismatches(stage: RowStage) -> list[str]:
         if c.cta_threads not in values:
             out.append(f"{stage.spec_path}: config[{i}] has CTAs of {c.cta_threads} threads, none of kernel.cu's "
                        "constants")
+    if any(isinstance(c, WalkConfig) for c in stage.spec.config):  # the other lineages' cluster exchange
+        uses = bool(re.search(r"\bst_async|st\.async", _COMMENT_RE.sub("", source)))
+        for i, c in enumerate(stage.spec.config):
+            if c.cluster > 1 and (c.exchange == "st.async") != uses:
+                out.append(f"{stage.spec_path}: config[{i}].exchange = {c.exchange or 'st.shared::cluster'!r}, but "
+                           f"kernel.cu {'exchanges through st.async' if uses else 'has no st.async'}")
     for i, c in enumerate(stage.spec.config):
-        if not re.search(rf"__global__ void .*?\b{c.kernel}\(", source):
+        if not re.search(rf"__global__ void [^;{{}}]*?\b{c.kernel}\(", source):  # __launch_bounds__ may break the line
             out.append(f"{stage.spec_path}: config[{i}].kernel = {c.kernel!r} is no __global__ of kernel.cu")
     return out
 

@@ -7,7 +7,10 @@ A backward stage.toml has the forward's tables — [launch], [row], [supports], 
 hopattn.rowwise's declarations, with [row] read for x and dy alike (``reads``: times each element of
 x and of dy leaves memory; ``held``: where x and dy wait between the row's dot and dx) — and one of
 its own, [weight_grad]: how the weight's gradient dw[c] = Σ_r dy[r, c] · x̂[r, c], a sum down the
-columns across rows, is summed. Every key is typed; an unknown key or a value of another type is a
+columns across rows, is summed. Under [[config]], the launch configurations of the row's kernel (the
+forward's keys; ``passes``: how often a streamed one reads x and dy; ``exchange``: how a cluster's CTAs
+trade their dots), checked at load against [row], [launch] and [weight_grad] and, by
+``config_mismatches``, against kernel.cu; the site's figures deal a row out to them. Every key is typed; an unknown key or a value of another type is a
 SpecError naming the file and the field. Stages are ``rowwise.RowStage`` objects (what
 hopattn.build compiles, into ``build/kernels/rmsnorm_backward-stageNN-slug-<key>.so``). Standard
 library only.
@@ -33,6 +36,7 @@ from .lineage import (
     _list_of,
     _load,
     _table,
+    _tables,
     key,
 )
 
@@ -71,6 +75,14 @@ class BackwardSpec:
     supports: rowwise.Supports = key(_table(rowwise.Supports))
     constants: dict = key(rowwise.CONSTANTS, doc="kernel.cu's constexpr integers the prose and figures use")
     weight_grad: WeightGrad = key(_table(WeightGrad), doc="the sum down the columns")
+    config: tuple[rowwise.WalkConfig, ...] = key(_tables(rowwise.WalkConfig),
+                                                 doc="the launch configurations of the row's kernel (its dot), in "
+                                                     "the launcher's order (rows aligned to 16 bytes); the last "
+                                                     "takes any row")
+
+    def config_for(self, cols: int, element_bytes: int = 2) -> rowwise.WalkConfig:
+        """The configuration that runs a row of ``cols`` elements (bf16 unless told)."""
+        return next(c for c in self.config if c.holds(cols, element_bytes))
 
 
 def load_spec(path: Path) -> BackwardSpec:
@@ -91,7 +103,21 @@ def load_spec(path: Path) -> BackwardSpec:
                         f"{list(spec.weight_grad.owners)})")
     if not spec.supports.backward:
         raise SpecError(f"{path}: field 'supports.backward' must be true in a backward stage")
+    _check_configs(spec, path)
     return spec
+
+
+def _check_configs(spec: BackwardSpec, path: Path) -> None:
+    """[[config]] against the rest of the spec, as the forward's (rowwise._check_configs; x and dy held in
+    registers, or staged in shared memory a row ahead; [launch] may give the tile kernel's CTA, which
+    writes dx where the row's dot is a kernel of its own), and against [weight_grad]: the grid is
+    persistent exactly where a configuration holds the row."""
+    tile = spec.constants.get("kTileThreads")
+    rowwise._check_configs(spec, path, held_in=("registers", "smem"), threads=(tile,) if tile else ())
+    held = any(c.vectors for c in spec.config)
+    if spec.weight_grad.persistent != held:
+        raise SpecError(f"{path}: field 'weight_grad.persistent' must be {str(held).lower()}: the grid is persistent "
+                        f"exactly where a [[config]] holds the row (vectors > 0) (got {spec.weight_grad.persistent!r})")
 
 
 def load_stage(folder: Path) -> rowwise.RowStage:
@@ -117,3 +143,4 @@ def discover(root: Path = RMSNORM_BACKWARD_DIR) -> list[rowwise.RowStage]:
 
 
 constant_mismatches = rowwise.constant_mismatches  # [constants] against kernel.cu, as for the forward
+config_mismatches = rowwise.config_mismatches  # [[config]] against kernel.cu's with_config, constants, kernels
