@@ -163,8 +163,11 @@ def backward_section(stage, prev, inp, site, cache) -> str | None:
             continue
         prev_rec = prev_records[rec["causal"]]
         did = f"b{stage.id}"
+        # the second tab's trace (the causal one) is loaded when it is opened: two measured traces
+        # inline put a backward page past half a megabyte
+        later = bool(tabs)
         body = [_stale(stage, rec, inp.trace_gpu),
-                figures([by_id[f"{did}-trace{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
+                figures([by_id[f"{did}-trace{suffix}"]], site, depth=2, scroll=MIN_WIDTH, defer=later),
                 figures([by_id[f"{did}-model{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
                 _comparison(stage, rec),
                 _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
