@@ -95,6 +95,83 @@ class Layout:
         return self.config.levels
 
 
+@dataclass(frozen=True)
+class Op:
+    """What a lineage's figures say of its rows: what they read and write, what the reduction carries,
+    and its FLOP per element (the words; the numbers are the stage's spec)."""
+
+    label: str  # "RMSNorm", how titles name the lineage
+    prefix: str  # the figures' ids: "r" + stage id (unique across the site)
+    reads: tuple[str, ...]  # the arrays a row is read from: ("x",), ("x", "dy")
+    writes: str  # the array written: "out", "y", "dx"
+    payload: str  # what the reduction carries: "sum of squares", "dot", "(max, sum) pair"
+    unit: str  # one of it: "sum", "dot", "pair"
+    flops: int  # FLOP per element
+    flops_text: str  # how they are counted
+    walks: dict  # passes -> what each walk over the row is for
+    output: str  # the sentence below the reduction tree: what the one reduced value gives every thread
+    uncounted: str  # the caption's sentence on what GB/s leaves out ("" : nothing)
+    again: tuple = ()  # (kernel, where a streamed configuration's later walks read from), where not L1/L2
+
+    @property
+    def arrays(self) -> int:
+        return len(self.reads)
+
+    @property
+    def streams(self) -> int:
+        """Streams of ELEMENT bytes an element that GB/s counts: each array read once, the output written once."""
+        return self.arrays + 1
+
+    @property
+    def inputs(self) -> str:
+        return " and ".join(self.reads)
+
+
+OPS = {
+    "rmsnorm": Op("RMSNorm", "r", ("x",), "out", "sum of squares", "sum", FLOPS_PER_ELEMENT,
+                  "x², its sum, · rstd, · weight", {1: ("the sum and the output",), 2: ("the sum", "the output")},
+                  "", "The weight (the same for every row) is read from L2 and not counted."),
+    "rmsnorm_backward": Op(
+        "RMSNorm backward", "rb", ("x", "dy"), "dx", "dot", "dot", 9,
+        "counted: w · dy 1, the dot's fmaf 2, x̂ = x · rstd 1, dx 3, dw's fmaf 2",
+        {1: ("the dot, dx and dw",), 2: ("the dot", "dx and dw"), 3: ("the dot", "dx", "dw, down the columns")},
+        "Then every thread that writes dx takes m = rstd · (Σ + drstd) / cols from the same dot, added in the same "
+        "order in every thread and on every run: dx = rstd · (w · dy − x̂ · m).",
+        "The weight, rstd and dw's fp32 partial rows are not counted.",
+        (("rmsnorm_bwd_row_per_thread", "dx's walk from L1 or L2 if the row is still there; dw's kernel reads them "
+          "again from HBM"),
+         ("rmsnorm_bwd_row_dots", "the tile kernel's walk from HBM: it runs after the whole grid's dots"))),
+    "softmax": Op(
+        "Softmax", "sm", ("x",), "y", "(max, sum) pair", "pair", 5,
+        "counted: the max, x − m, exp2 (as one), the sum, · 1/s",
+        {1: ("the pair and the output",), 2: ("the (max, sum) pair", "the output"),
+         3: ("the max", "the sum", "the output")},
+        "Then every thread that writes the row takes y = exp(x − m) / s from the same (m, s), merged in the same "
+        "order in every thread and on every run.", ""),
+    "softmax_backward": Op(
+        "Softmax backward", "sb", ("y", "dy"), "dx", "dot", "dot", 4,
+        "counted: the dot's fmaf 2, dy − d 1, · y 1", {1: ("the dot and dx",), 2: ("the dot", "dx")},
+        "Then every thread that writes the row takes dx = y · (dy − d) from the same dot d = Σ y · dy, added in "
+        "the same order in every thread and on every run.", ""),
+}
+
+
+def op(stage) -> Op:
+    return OPS[stage.lineage]
+
+
+def payload(stage, config: Config) -> str:
+    """What this configuration's reduction carries: the op's, or the softmax's max and then sum."""
+    reduce = getattr(config, "payload", None)
+    return "max, then sum" if reduce == "max, then sum" else op(stage).payload
+
+
+def persistent(stage, config: Config) -> bool:
+    """Whether the grid is persistent for this configuration (the RMSNorm backward's held rows)."""
+    wg = getattr(stage.spec, "weight_grad", None)
+    return bool(wg is not None and wg.persistent and config.vectors)
+
+
 def layout(stage, label: str) -> Layout:
     rows, cols = SIZES[label]
     return Layout(label, cols, rows, stage.spec.config_for(cols, ELEMENT), stage.spec.row.vector_bytes)
