@@ -219,7 +219,7 @@ def _render_rmsnorm(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
 
 def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
     """Part II's other lineages (the RMSNorm backward, the softmax, the softmax backward): a page per
-    stage (<folder>/NN-slug.md), of the RMSNorm forward's form without its figures (pages/part_ii.py), its
+    stage (<folder>/NN-slug.md), of the RMSNorm forward's form with its three figures (pages/part_ii.py), its
     numbers from bench/results/<folder> with the lineage's climb."""
     root = inp.root
     for folder, stages in inp.part_ii.items():
@@ -232,10 +232,15 @@ def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
                 climb_md = site.add_fragment(chart.id, figure(chart.id, chart.svg, chart.caption, chart.title,
                                                               "../../" + part_ii.chart_path(lin), kind="chart",
                                                               scroll=True))
+        drawn: dict = {}
+        specs = [[st.name, st.spec_path.read_text()] for st in stages]
         for i, s in enumerate(stages):
             prev = stages[i - 1] if i else None
             nxt = stages[i + 1] if i + 1 < len(stages) else None
             label = f"{part_ii.lineage_of(s).label} stage {s.name}"
+            with naming(f"the diagrams of {label}", s.spec_path, root):
+                drawn[s.number] = (s, _rowwise_diagrams(s, stages, specs, cache))
+                parts = part_ii.diagram_parts(s, drawn[s.number][1], drawn, site)
             with naming(f"the diff of {label}", s.kernel_path, root):
                 diff_md = site.add_fragment(f"diff-{folder}-{s.name}", diff.diff_section(s, prev, cache),
                                             file=(f"{DIFFS}/{folder}-{s.name}.html", 2, "the diff"))
@@ -251,15 +256,18 @@ def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
             with naming(f"the page of {label}", s.notes_path, root):
                 site.pages[part_ii.page_path(s)] = part_ii.stage_page(
                     s, prev, nxt, diff_html=diff_md, compiler_md=compiler_md, benchmark=benchmark_md,
-                    headline=headline_md, overview=bool(inp.rmsnorm))
+                    headline=headline_md, overview=bool(inp.rmsnorm), diagrams=parts)
 
 
 def _rowwise_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diagram]:
     def make():
         return [dataclasses.asdict(d) for d in rowwise_diagrams(stage, stages)]
 
-    drawn = cache.get("rowwise-diagrams", [stage.name, specs], make,
-                      code=[Path(diagram.__file__).parent, Path(lineage.__file__), Path(rowwise_spec.__file__)],
+    drawn = cache.get("rowwise-diagrams", [stage.lineage, stage.name, specs] if stage.lineage != "rmsnorm"
+                      else [stage.name, specs], make,
+                      code=[Path(diagram.__file__).parent, Path(lineage.__file__), Path(rowwise_spec.__file__),
+                            Path(rowwise_spec.__file__).parent / "rowwise_backward.py",
+                            Path(rowwise_spec.__file__).parent / "softmax_lineage.py"],
                       libraries=["svgwrite"])
     return [Diagram(**d) for d in drawn]
 

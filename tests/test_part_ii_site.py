@@ -1,7 +1,8 @@
 """Part II's other lineages on the site: a page per stage of the RMSNorm backward, the softmax and the
 softmax backward (/<lineage>/NN-slug/) with the RMSNorm forward's anchors, its change, notes, diff
 against the previous stage of the same lineage, compiler facts by template instance and the
-benchmark section (the not-measured state, and the committed H200 records with the lineage's climb); no figures (their specs have no [[config]]); the nav after the
+benchmark section (the not-measured state, and the committed H200 records with the lineage's climb); the three figures
+drawn from their [[config]] (tests/test_part_ii_figures.py); the nav after the
 RMSNorm forward's pages; the RMSNorm forward's and the attention pages byte-identical beside them;
 determinism."""
 
@@ -75,10 +76,12 @@ def test_a_page_per_stage_with_its_anchors_and_sections(rendered, folder):
         assert f"`{compiler_facts.load(s)['signature']}`" in compiler
         if i:
             assert f"**Against {lin.label} stage {stages[i - 1].id}:**" in compiler
-        # no figures: the spec has no [[config]]
+        # the three figures, drawn from [[config]] (or linked where unchanged since an earlier stage)
         diagrams = _section(page, "diagrams")
-        assert "No figures" in diagrams and "[[config]]" in diagrams and "<svg" not in page
-        assert not any(k.startswith("fig-") and s.name in k for k in out.fragments)
+        assert "No figures" not in page and "[[config]]" in diagrams and "<svg" not in page
+        for anchor in ("holders", "reduction", "traffic"):
+            part = diagrams[diagrams.index(f"{{#{anchor}}}"):]
+            assert 'data-slot="fig-' in part.split("\n###")[0] or "Unchanged since [" in part.split("\n###")[0]
         # neighbours in the same lineage, and Part II's overview
         assert "[Part II overview](../rmsnorm/index.md)" in page
         if i:

@@ -4,10 +4,11 @@ forward's form (pages/rowwise.py): the change, the facts line and the notes, the
 with the same stable anchors (#diagrams, #diff, #compiler, #benchmark) and links to the neighbours in
 the same lineage.
 
-Their figures are left out: the RMSNorm forward's (diagrams/rowwise) deal a row out to the stage's
-launch configurations, its ``[[config]]`` tables, and these lineages' stage.toml have none yet
-(hopattn.rowwise_backward, hopattn.softmax_lineage); #diagrams says so rather than drawing numbers the
-spec does not give. #benchmark reads the lineage's record, bench/results/<folder>/<gpu>.json (written by
+Their figures are the RMSNorm forward's three (diagrams/rowwise), in each lineage's words: who holds
+which bytes of a row (of x and dy, of y and dy), the reduction tree (of the dot; of the softmax's
+(max, sum) pair, or its max and then its sum) and the bytes per element with the roofline, dealt out
+from the stage's ``[[config]]`` (hopattn.rowwise_backward, hopattn.softmax_lineage); a figure the same
+as the previous stage's links the stage where it last changed. #benchmark reads the lineage's record, bench/results/<folder>/<gpu>.json (written by
 the command named in LINEAGES), as the RMSNorm forward's does (benchmark_section/rowwise.py): the stage's
 table against the copy of the same run and the peers, its headline cards, and the lineage's climb; where
 there is no record, or no entry of the stage, it says "Not measured yet" and names the command.
@@ -24,6 +25,8 @@ from hopattn import rowwise_backward, softmax_lineage
 from ..benchmark_section import rowwise as numbers
 from ..compiler_section.changes import spill_bytes
 from ..compiler_section.rowwise import DTYPES, _instance
+from ..diagrams.section import figures
+from . import rowwise
 from .rowwise import FOLDER as OVERVIEW_FOLDER
 from .rowwise import PART
 from .stage import _notes_body, change_box
@@ -100,13 +103,43 @@ def facts_line(stage) -> str:
     return " · ".join(what)
 
 
-def diagrams_md(stage) -> str:
-    return (f"No figures: the RMSNorm forward's (who holds which bytes of a row, the reduction tree, bytes per "
-            f"element and the roofline) are drawn from a stage's `[[config]]`, its launch configurations in the "
-            f"launcher's order, and `kernels/{stage.lineage}/{stage.dir.name}/stage.toml` has none. Its `[row]` "
-            f"says: a row per {', then '.join(o.replace('cta', 'CTA') for o in stage.spec.row.owners)}; the "
-            f"reduction passes {' → '.join(x.replace('cta', 'CTA') for x in stage.spec.row.reduction)}; each element leaves memory "
-            f"{stage.spec.row.reads}× on the main path, {stage.spec.row.vector_bytes} B an access.\n")
+UNCHANGED = {"holders": "every row length is dealt out as it was there",
+             "reduction": "the row's reduction passes the same levels in the same way",
+             "traffic": "each element is read and written as often as there"}
+
+
+def diagram_parts(stage, mine, drawn: dict, site) -> dict[str, str]:
+    """Markdown for each of #holders, #reduction and #traffic: the figure, or (where the previous stages'
+    picture is the same) a link to the stage where it last changed. ``drawn``: stage number -> (stage,
+    its diagrams), this lineage's."""
+    anchors = {k: a for k, a, _ in rowwise.PARTS}
+    parts = {}
+    for kind, _anchor, _heading in rowwise.PARTS:
+        d = rowwise._of(mine, kind)
+        if d is None:
+            continue
+        since = rowwise.last_change(kind, stage, drawn)
+        if since is not None:
+            parts[kind] = (f"Unchanged since [{lineage_of(stage).label} stage {since.id}]({since.name}.md"
+                           f"#{anchors[kind]}): {UNCHANGED[kind]}.\n")
+        else:
+            parts[kind] = site.add_fragment(f"fig-{d.id}", figures([d], site, depth=2, scroll=True))
+    return parts
+
+
+def diagrams_md(stage, parts: dict[str, str] | None = None) -> str:
+    """#diagrams: the lead sentence, then each figure under its heading (rowwise.PARTS' anchors)."""
+    if not parts:
+        return "This stage has no diagrams.\n"
+    lin = lineage_of(stage)
+    rows = "rows of x and dy" if lin.folder == "rmsnorm_backward" else "rows of y and dy" \
+        if lin.folder == "softmax_backward" else "rows"
+    body = [f"Drawn from the stage's `stage.toml` (its `[[config]]`: the launcher's configurations, in its order) "
+            f"for {rows} of 4k, 16k, 64k and 256k bf16 columns, the benchmark's lengths.\n"]
+    for kind, anchor, heading in rowwise.PARTS:
+        if kind in parts:
+            body += [f"### {heading} {{#{anchor}}}\n", parts[kind]]
+    return "\n".join(body)
 
 
 def instances_md(stage, facts: dict | None) -> str:
@@ -199,8 +232,9 @@ def headline_md(stage=None, current_hash: str = "", results: list | None = None)
 
 
 def stage_page(stage, prev, nxt, *, diff_html: str, compiler_md: str, benchmark: str, headline: str = "",
-               overview: bool = True) -> str:
-    """``overview``: the RMSNorm forward's pages, and so Part II's overview, exist (the nav links it)."""
+               overview: bool = True, diagrams: dict[str, str] | None = None) -> str:
+    """``overview``: the RMSNorm forward's pages, and so Part II's overview, exist (the nav links it);
+    ``diagrams``: diagram_parts' Markdown of each figure."""
     lin = lineage_of(stage)
     links = " · ".join(f"[{label}](#{anchor})" for label, anchor in
                        (("Diagrams", "diagrams"), ("Diff", "diff"), ("Compiler", "compiler"), ("Benchmark", "benchmark")))
@@ -222,7 +256,7 @@ def stage_page(stage, prev, nxt, *, diff_html: str, compiler_md: str, benchmark:
         f"On this page: {links}\n",
         notes + "\n" if notes else "",
         "## Diagrams {#diagrams}\n",
-        diagrams_md(stage),
+        diagrams_md(stage, diagrams),
         f"## {diff_head} {{#diff}}\n",
         diff_html,
         "## Compiler {#compiler}\n",
