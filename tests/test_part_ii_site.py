@@ -90,6 +90,28 @@ def test_a_page_per_stage_with_its_anchors_and_sections(rendered, folder):
             assert f"[{part_ii.title(stages[i + 1])} →]({stages[i + 1].name}.md)" in page
 
 
+def test_the_figures_on_the_pages(rendered):
+    """Each figure once, with its standalone file; one that did not change links the stage where it did."""
+    _root, out = rendered
+    page = out.pages["rmsnorm_backward/05-prefetch-next-row.md"]
+    assert ("Unchanged since [RMSNorm backward stage 04](04-cluster-rows.md#traffic): each element is read and "
+            "written as often as there.") in page
+    assert 'data-slot="fig-rb05-holders"' in page and 'data-slot="fig-rb05-reduction"' in page
+    six = out.pages["rmsnorm_backward/06-cluster-exchange-without-fences.md"]
+    assert "Unchanged since [RMSNorm backward stage 05](05-prefetch-next-row.md#holders)" in six
+    assert 'data-slot="fig-rb06-reduction"' in six  # st.async: a tree of its own
+    for folder, stages in STAGES.items():
+        for s in stages:
+            page = out.pages[f"{folder}/{s.name}.md"]
+            for d in (k for k in out.fragments if k.startswith("fig-") and k.endswith(tuple(
+                    f"{s.id}-{kind}" for kind in ("holders", "reduction", "traffic")))):
+                if f'data-slot="{d}"' in page:
+                    assert f"assets/generated/diagrams/{d[4:]}.svg" in out.assets
+    fig = out.fragments["fig-sm02-reduction"]
+    assert "(max, sum) pair" in fig and "SVG file" in fig
+    assert out.fragments["fig-sb01-traffic"].count("3 streams of 2 B an element") >= 1
+
+
 @pytest.mark.parametrize("folder", list(STAGES))
 def test_not_measured_yet_is_said_plainly(rendered, folder):
     root, out = rendered

@@ -68,8 +68,9 @@ def _boxes_of_two(lay: Layout, op: Op, smem: bool = False) -> list[tuple[str, st
     elif tpr == 1:
         thread = (f"its whole rows: 2 × {fmt(lay.row_bytes)}", f"{lay.access_bytes} B a load, one at a time")
     else:
+        n = lay.thread_accesses
         thread = (f"{fmt(lay.thread_bytes)} of {a}, of {b}",
-                  f"2 × {lay.thread_accesses:,} loads of {lay.access_bytes} B")
+                  f"2 × {n:,} load{'s' if n != 1 else ''} of {lay.access_bytes} B")
     if tpr == 1:
         warp = ("32 rows, one a lane", "a load: 32 rows apart", True)
     elif tpr == 32:
@@ -189,7 +190,8 @@ def _holders_other(stage, op: Op) -> Diagram:
 def _band(c, lay: Layout, y: float, op: Op | None = None, stage=None) -> None:
     owner = lay.config.owner
     c.text(12, y + 24, lay.label, size=20, weight="700")
-    c.text(12, y + 44, f"{fmt(lay.row_bytes)} a row", size=12, fill="muted")
+    c.text(12, y + 44, f"{'2 × ' if op is not None and op.arrays > 1 else ''}{fmt(lay.row_bytes)} a row", size=12,
+           fill="muted")
     c.text(12, y + 60, f"{lay.rows:,} rows,", size=12, fill="muted")
     if stage is not None and model.persistent(stage, lay.config):
         c.text(12, y + 76, "a persistent grid", size=12, fill="muted")
