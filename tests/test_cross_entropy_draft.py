@@ -107,6 +107,7 @@ def _t(*shape, dtype=torch.int64):
 BAD = [
     (lambda: (_f(4, 8, dtype=torch.float64), _t(4)), {}, ValueError, "logits: expected torch.bfloat16, torch.float16"),
     (lambda: (_f(4, 0), _t(4)), {}, ValueError, r"logits: the last axis \(the classes\) is empty"),
+    (lambda: (_f(1, 2**31 - 2**20 + 1), _t(1)), {}, ValueError, r"logits: rows of at most 2146435072 classes"),
     (lambda: (_f(4, 8, stride=(1, 4)), _t(4)), {}, ValueError, "logits: the last axis must be contiguous"),
     (lambda: (_f(6, 4, 16, stride=(16, 96, 1)), _t(6, 4)), {}, ValueError, "logits: .* do not fold into rows"),
     (lambda: (_f(4, 64, stride=(32, 1)), _t(4)), {}, ValueError, "logits: rows overlap"),

@@ -48,10 +48,11 @@ from pathlib import Path
 import torch
 
 from . import build, cross_entropy_lineage, rowwise
-from .rmsnorm import DTYPE_CODES, MAX_COLS, _device, _row_stride
+from .rmsnorm import DTYPE_CODES, _device, _row_stride
 
 _LOCK = threading.Lock()
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+MAX_CLASSES = 2**31 - 2**20  # HOPATTN_CROSS_ENTROPY_MAX_COLS (abi_cross_entropy.h): int32 column indices
 
 # Read once at import: plain dicts keep cross_entropy traceable by torch.compile (no file access).
 _STAGES: dict[int, rowwise.RowStage] = {s.number: s for s in cross_entropy_lineage.discover()}
@@ -97,8 +98,8 @@ def _logits_rows(logits) -> tuple[int, int, int]:
     cols = logits.shape[-1]
     if cols == 0:
         raise ValueError(f"logits: the last axis (the classes) is empty (shape {tuple(logits.shape)})")
-    if cols > MAX_COLS:
-        raise ValueError(f"logits: rows of at most {MAX_COLS} classes, got {cols}")
+    if cols > MAX_CLASSES:
+        raise ValueError(f"logits: rows of at most {MAX_CLASSES} classes (2^31 - 2^20), got {cols}")
     rows = logits.numel() // cols
     if rows == 0:
         return 0, cols, cols

@@ -42,6 +42,11 @@
 
 #define HOPATTN_CROSS_ENTROPY_ABI_VERSION 1
 
+// The most classes a row may have: every column index a kernel forms, a loop's next step included
+// (at most 2^15 past the row's end), stays below 2^31 (int32 arithmetic within a row; rows are
+// addressed in int64, row · stride).
+#define HOPATTN_CROSS_ENTROPY_MAX_COLS (2147483647LL - 1048576LL + 1LL)
+
 struct CrossEntropyParams {
     const void* logits;      // [rows, cols], row r at logits + r · logits_stride (elements)
     const int64_t* targets;  // [rows], contiguous
@@ -50,7 +55,7 @@ struct CrossEntropyParams {
     void* dlogits;           // null (no gradient), or [rows, cols] of the logits' dtype, row r at + r · dlogits_stride
     const float* dloss;      // null (g = grad_scale), or fp32, row r's at dloss[r · dloss_stride]
     int64_t rows;            // >= 0
-    int64_t cols;            // >= 1 (V, the classes)
+    int64_t cols;            // >= 1 (V, the classes), <= HOPATTN_CROSS_ENTROPY_MAX_COLS
     int64_t logits_stride;   // >= cols
     int64_t dlogits_stride;  // >= cols when dlogits is given
     int64_t dloss_stride;    // 0 or 1
@@ -65,7 +70,7 @@ inline int cross_entropy_check_params(const CrossEntropyParams* p, char* err, in
     const char* why = nullptr;
     if (p->dtype < RMS_BF16 || p->dtype > RMS_FP32) why = "dtype must be RMS_BF16, RMS_FP16 or RMS_FP32";
     else if (p->rows < 0 || p->cols < 1) why = "rows must be >= 0 and cols >= 1";
-    else if (p->cols > INT32_MAX) why = "cols must fit in 32 bits";
+    else if (p->cols > HOPATTN_CROSS_ENTROPY_MAX_COLS) why = "cols must be at most 2^31 - 2^20";
     else if (p->rows > INT32_MAX / 16) why = "rows must be below 2^27 (a grid of CTAs, clusters of up to 16)";
     else if (p->logits_stride < p->cols) why = "logits_stride must be >= cols";
     else if (p->dlogits && p->dlogits_stride < p->cols) why = "dlogits_stride must be >= cols";
