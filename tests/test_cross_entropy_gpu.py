@@ -65,14 +65,6 @@ def test_autograd_matches_float64_torch(ce):
     ce.call("autograd_matches", label="cross-entropy autograd vs float64 F.cross_entropy", timeout=120, seed=GPU_SEED)
 
 
-def test_compiled_and_graphed_equal_eager(ce):
-    ce.call("compiled_and_graphed", label="cross-entropy torch.compile and CUDA graph", timeout=240, seed=GPU_SEED)
-
-
-def test_opcheck(ce):
-    ce.call("opcheck", label="cross-entropy ops: torch.library.opcheck", timeout=240, seed=GPU_SEED)
-
-
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
 def test_bad_inputs_are_refused_and_the_context_survives(ce, stage):
     ce.call("rejects", label=f"cross-entropy {stage.id}, bad inputs", timeout=60, stage=stage.number)
@@ -81,3 +73,11 @@ def test_bad_inputs_are_refused_and_the_context_survives(ce, stage):
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
 def test_compiled_configurations_use_no_local_memory(ce, stage):
     ce.call("stage_info", label=f"cross-entropy {stage.id}, stage_info", timeout=60, stage=stage.number)
+
+
+def test_compiled_and_graphed_equal_eager(ce):
+    ce.call("compiled_and_graphed", label="cross-entropy torch.compile and CUDA graph", timeout=240, seed=GPU_SEED)
+
+
+def test_opcheck(ce):
+    ce.call("opcheck", label="cross-entropy ops: torch.library.opcheck", timeout=240, seed=GPU_SEED)

@@ -46,7 +46,7 @@ for s in stages:
         print(s.name, cols, ce.stage_info(s.number, cols))
 "
 HOPATTN_GPU_LOG="$logs/cross_entropy-gpu-cases-$gpu-$stamp.log" \
-    step gpu-tests 110 python3 -m pytest -q -m gpu -rs -x -p no:cacheprovider tests/test_cross_entropy_gpu.py
+    step gpu-tests 110 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_cross_entropy_gpu.py
 step bench 115 python3 -m bench.rowwise_cross_entropy --rounds 3 --out build/cross_entropy_results
 tar czf "$out/cross_entropy-gpu-run-$gpu-$stamp.tgz" $logs/cross_entropy-*-"$stamp".log build/cross_entropy_results \
     build/kernels/cross_entropy-stage*.ptxas.log 2>/dev/null
