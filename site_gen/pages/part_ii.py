@@ -143,8 +143,8 @@ def diagrams_md(stage, parts: dict[str, str] | None = None) -> str:
 
 
 def instances_md(stage, facts: dict | None) -> str:
-    """Every template instance the facts record: registers and spilled bytes per dtype (no row lengths:
-    without [[config]] which instance runs which row is not in the spec)."""
+    """Every template instance the facts record: registers and spilled bytes per dtype (which instance runs
+    which row length is the figures' #holders, from [[config]])."""
     if facts is None:
         return ""
     rows: dict[tuple, dict] = {}
