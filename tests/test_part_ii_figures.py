@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 from hopattn import lineage, rowwise, rowwise_backward, softmax_lineage
+from test_site_browser import browser  # noqa: F401  (the browser tests' fixture)
 
 from site_gen.diagrams.rowwise import holders, model, rowwise_diagrams
 from site_gen.diagrams.svg import text_problems, wrap
@@ -245,3 +246,55 @@ def test_an_unchanged_picture_is_the_same_and_a_changed_one_is_not():
 def test_deterministic():
     for folder, s in ALL:
         assert rowwise_diagrams(s, STAGES[folder]) == rowwise_diagrams(s, STAGES[folder])
+
+
+# --- in headless Chromium (tests/test_site_browser.py's checks) --------------------------------------
+
+BROWSER_PAGES = ["rmsnorm_backward/06-cluster-exchange-without-fences/", "softmax/01-three-passes/",
+                 "softmax/04-cluster-rows/", "softmax_backward/02-row-in-registers/"]
+
+
+@pytest.mark.browser
+def test_the_figures_in_a_browser(browser, tmp_path):  # noqa: F811  (the fixture imported above)
+    """A page of each lineage at 1400 and 390 px: every figure drawn and legible, its text against what is
+    under it in both themes, each opened full screen; at 390 px each reads inline (11 px or more,
+    scrolling sideways with its hint)."""
+    from conftest import make_site
+    from test_part_ii_site import add_part_ii
+    from test_rmsnorm_browser import INLINE, PART_II_KINDS
+    from test_rmsnorm_site import add_rmsnorm
+    from test_site_browser import (
+        MIN_TEXT_PX,
+        PICK_FIGURES,
+        _build,
+        _check_figures,
+        _check_full_screen,
+        _contrast,
+        _get,
+        _serve,
+        _width,
+    )
+
+    root = add_part_ii(add_rmsnorm(make_site(tmp_path / "repo")))
+    _build(root, root / "site")
+    server = _serve(root / "site")
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        for width in (1400, 390):
+            _width(browser, width)
+            for path in BROWSER_PAGES:
+                _get(browser, base + path)
+                kinds = {f["kind"] for f in _check_figures(browser, path)}
+                assert kinds >= set(PART_II_KINDS) or path.startswith("rmsnorm_backward/06"), f"{path}: {kinds}"
+                assert kinds & set(PART_II_KINDS), f"{path} at {width} px: {kinds}"
+                if width == 390:
+                    for f in browser.execute_script(INLINE, list(PART_II_KINDS)):
+                        assert f["min"] >= MIN_TEXT_PX - 0.01, f"{path} {f['id']}: {f['min']:.1f} px inline at 390 px"
+                        assert f["scrolls"] and f["hint"], f"{path} {f['id']}: {f}"
+                else:
+                    assert not _contrast(browser, path)
+                for fig_id, kind, folded in browser.execute_script(PICK_FIGURES):
+                    _check_full_screen(browser, f"{path} {fig_id} ({kind}) at {width} px", fig_id, folded)
+    finally:
+        _width(browser, 1400)
+        server.shutdown()
