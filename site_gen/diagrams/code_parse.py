@@ -269,7 +269,7 @@ def parse(path: Path) -> KernelStructure:
     for s in structs.values():  # data members and methods, at the struct's own depth
         inner = text[s.span[0]:s.span[1]]
         body = inner[inner.index("{") + 1:-1]
-        flat, depth, buf = [], 0, ""
+        depth, buf = 0, ""
         for c in body:
             if c == "{":
                 depth += 1

@@ -263,7 +263,7 @@ def structure_diagram(stage, stages) -> Diagram:
         cons.add(0, _head(c), c.function, _tail(c.function))
 
     half = (inner_w - 20) * 0.64
-    main = _Box(f"Mainloop, mma side", main_owner, X0, half, "tensor", new=new)
+    main = _Box("Mainloop, mma side", main_owner, X0, half, "tensor", new=new)
     for c in main_roots:
         main.add(0, _head(c), c.function)
     for lvl, x in main_tree:
