@@ -16,7 +16,7 @@ Each error names the argument, what was expected, and what to pass instead.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,6 +27,7 @@ ALIGN_BYTES = 16  # 16-byte vector loads (stages 01-06), cp.async (05-06), the T
 _STRIDE_ELEMS = ALIGN_BYTES // 2  # bf16: strides in multiples of 8 elements keep every row aligned
 _GRID_LIMIT = 65535  # non-persistent stages put heads and batch on grid.y and grid.z
 _INT_LIMIT = 2**31 - 1  # lengths, batch and heads travel as int32
+DEVICE_TYPES = ("cuda", "meta")  # meta: traced (fake) tensors; research/host_cost.py adds "cpu" to time the checks
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Call:
     len_k: int
     head_dim: int = HEAD_DIM  # q's and k's (the last axis)
     head_dim_v: int = HEAD_DIM  # v's and the output's
+    # strides(): (shape, strides) -> the kernel's strides, worked out once per call shape (not compared)
+    _strides: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def seq_axis(self) -> int:
@@ -67,13 +70,42 @@ class Call:
         """(batch, head, row) strides in elements for the kernel. An axis of size 1 is never stepped
         along, so its stride is whatever torch left there; it is replaced by a valid one (the copy
         engine checks every stride, used or not)."""
-        sizes = (t.shape[0], t.shape[self.head_axis], t.shape[self.seq_axis])
-        strides = [t.stride(0), t.stride(self.head_axis), t.stride(self.seq_axis)]
-        for i in (2, 1, 0):  # innermost first, so a replacement can build on the one inside it
-            if sizes[i] == 1:
-                inner = strides[i + 1] * sizes[i + 1] if i < 2 else t.shape[3]
-                strides[i] = max(inner, _STRIDE_ELEMS)
-        return tuple(strides)
+        shape, stride = t.shape, t.stride()
+        key = (shape, stride)
+        found = self._strides.get(key)
+        if found is None:
+            found = _kernel_strides(shape, stride, self.head_axis, self.seq_axis)
+            if len(self._strides) < _MEMO_SIZE:
+                self._strides[key] = found
+        return found
+
+
+def _kernel_strides(shape, stride, head_axis: int, seq_axis: int) -> tuple[int, int, int]:
+    sizes = (shape[0], shape[head_axis], shape[seq_axis])
+    strides = [stride[0], stride[head_axis], stride[seq_axis]]
+    for i in (2, 1, 0):  # innermost first, so a replacement can build on the one inside it
+        if sizes[i] == 1:
+            inner = strides[i + 1] * sizes[i + 1] if i < 2 else shape[3]
+            strides[i] = max(inner, _STRIDE_ELEMS)
+    return tuple(strides)
+
+
+# Checked calls by everything check_call reads of them: a model makes the same few calls over and
+# over (LTX-2: two shapes, 48 layers, every step), and checking one costs ~10 µs of Python. A call
+# whose tensors differ in any dtype, device, shape or stride, or whose stage or arguments differ,
+# has another key, so it is checked in full (and an error is never cached: a bad call raises each time).
+_MEMO_SIZE = 256
+_CHECKED: dict[tuple, Call] = {}
+
+
+def clear_caches() -> None:
+    """Forget every checked call (tests, and research/host_cost.py when it restores the device checks)."""
+    _CHECKED.clear()
+    _SPANS.clear()
+
+
+def _meta(t) -> tuple:
+    return (t.dtype, t.device, t.shape, t.stride())
 
 
 def stage_choices(stages: dict[int, Stage]) -> str:
@@ -84,7 +116,32 @@ def check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: b
                lineage: dict[int, Stage] | None = None) -> Call:
     """Every check that needs no data pointer. Raises TypeError or ValueError naming the argument.
     ``lineage``: the stages of the lineage by number, for naming the one that serves a head dim
-    this stage does not."""
+    this stage does not (it changes only the text of an error, so a passing call does not depend on it).
+
+    A call seen before with the same stage, arguments and tensors (dtype, device, shape, strides:
+    all the checks read of a tensor) returns the Call it got then; only exact types take that path
+    (bools, a float or None scale, str layout, plain torch.Tensor), anything else is checked in full."""
+    T = torch.Tensor
+    if ((causal is True or causal is False) and (lse is True or lse is False) and type(layout) is str
+            and (scale is None or type(scale) is float) and type(q) is T and type(k) is T and type(v) is T
+            and (out is None or type(out) is T)):
+        key = (id(stage), DEVICE_TYPES, layout, causal, scale, lse, _meta(q), _meta(k), _meta(v),
+               None if out is None else _meta(out))
+        found = _CHECKED.get(key)
+        if found is not None and found.stage is stage:
+            return found
+        call = _check_call(q, k, v, causal=causal, scale=scale, stage=stage, layout=layout, out=out, lse=lse,
+                           lineage=lineage)
+        if len(_CHECKED) >= _MEMO_SIZE:
+            _CHECKED.clear()
+        _CHECKED[key] = call  # the Call holds its stage: id(stage) is not reused while the entry lives
+        return call
+    return _check_call(q, k, v, causal=causal, scale=scale, stage=stage, layout=layout, out=out, lse=lse,
+                       lineage=lineage)
+
+
+def _check_call(q, k, v, *, causal, scale, stage: Stage, layout, out=None, lse: bool = False,
+                lineage: dict[int, Stage] | None = None) -> Call:
     if lse and not stage.lse:
         raise ValueError(f"return_lse: stage {stage.id} does not compute the log-sum-exp (stage 20 and later do)")
     if layout not in ("bhsd", "bshd"):
@@ -172,13 +229,20 @@ def _serving_hint(head_dim: int, head_dim_v: int, stage: Stage, lineage: dict[in
     return ""
 
 
-def check_memory(call: Call, q, k, v, out) -> None:
-    """The checks that need the real tensors: alignment, and an out that overlaps an input."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if t.numel() and t.data_ptr() % ALIGN_BYTES:
-            raise ValueError(f"{name}: the kernels read and write rows with {ALIGN_BYTES}-byte accesses and need a "
-                             f"{ALIGN_BYTES}-byte aligned data pointer, got one {t.data_ptr() % ALIGN_BYTES} bytes past "
-                             f"a boundary (a view at element offset {t.storage_offset()}?): pass {name}.clone()")
+def check_memory(call: Call, q, k, v, out, fresh_out: bool = False) -> None:
+    """The checks that need the real tensors: alignment, and an out that overlaps an input.
+    ``fresh_out``: out was allocated for this call (the op's own), so it cannot share memory with
+    a live input and the overlap test is skipped; its alignment is still checked."""
+    if (q.data_ptr() % ALIGN_BYTES or k.data_ptr() % ALIGN_BYTES or v.data_ptr() % ALIGN_BYTES
+            or out.data_ptr() % ALIGN_BYTES):
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            if t.numel() and t.data_ptr() % ALIGN_BYTES:
+                raise ValueError(f"{name}: the kernels read and write rows with {ALIGN_BYTES}-byte accesses and need "
+                                 f"a {ALIGN_BYTES}-byte aligned data pointer, got one {t.data_ptr() % ALIGN_BYTES} "
+                                 f"bytes past a boundary (a view at element offset {t.storage_offset()}?): pass "
+                                 f"{name}.clone()")
+    if fresh_out:
+        return
     for name, t in (("q", q), ("k", k), ("v", v)):
         if _overlaps(out, t):
             raise ValueError(f"out: must not share memory with {name} (the kernel reads {name} while writing out)")
@@ -190,7 +254,7 @@ def _check_tensor(name: str, t, layout: str) -> None:
     if t.dtype != torch.bfloat16:
         raise TypeError(f"{name}: expected dtype torch.bfloat16, got {t.dtype} (pass {name}.bfloat16(); the "
                         f"kernels are bf16 only)")
-    if t.device.type not in ("cuda", "meta"):
+    if t.device.type not in DEVICE_TYPES:
         raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device} (pass {name}.cuda())")
     if t.dim() != 4:
         raise ValueError(f"{name}: expected a 4-d tensor {layout.upper()}, got {t.dim()}-d of shape {tuple(t.shape)}")
@@ -236,14 +300,29 @@ def _self_overlapping(t: torch.Tensor) -> bool:
     return False
 
 
+# (shape, strides, element size) -> the bytes a tensor's elements span (0 when it has none)
+_SPANS: dict[tuple, int] = {}
+
+
+def _span(t: torch.Tensor) -> int:
+    key = (t.shape, t.stride(), t.element_size())
+    found = _SPANS.get(key)
+    if found is None:
+        if t.numel() == 0:
+            found = 0
+        else:
+            last = sum((n - 1) * st for n, st in zip(key[0], key[1]))
+            found = (last + 1) * key[2]
+        if len(_SPANS) >= _MEMO_SIZE:
+            _SPANS.clear()
+        _SPANS[key] = found
+    return found
+
+
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the bytes a and b span intersect (conservative: strided gaps count as used)."""
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+    span_a, span_b = _span(a), _span(b)
+    if span_a == 0 or span_b == 0 or a.device != b.device:
         return False
-
-    def byte_range(t: torch.Tensor) -> tuple[int, int]:
-        last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-
-    (a0, a1), (b0, b1) = byte_range(a), byte_range(b)
-    return a0 < b1 and b0 < a1
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + span_b and b0 < a0 + span_a
