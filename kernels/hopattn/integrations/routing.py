@@ -159,18 +159,35 @@ def strict_active() -> bool:
         return any(r.strict for r in _ACTIVE)
 
 
+# CallShapes made lately, by what they are made of: a model makes the same few calls over and over,
+# and building one (a frozen dataclass, the dtype's name) costs more than looking it up. They are
+# frozen, and reports count them by value, so one instance serves every call of its shape.
+_SHAPES_SIZE = 256
+_shapes: dict[tuple, CallShape] = {}
+
+
 def shape_of(library: str, q: torch.Tensor, k: torch.Tensor, causal: bool, layout: str,
              v: torch.Tensor | None = None) -> CallShape:
     """The CallShape of logical BHSD tensors q, k (and v, whose head dim may differ from q's)."""
-    return CallShape(library=library, batch=q.shape[0], q_heads=q.shape[1], kv_heads=k.shape[1], q_len=q.shape[2],
-                     k_len=k.shape[2], head_dim=q.shape[3], causal=bool(causal), layout=layout,
-                     dtype=str(q.dtype).removeprefix("torch."), head_dim_v=None if v is None else v.shape[3])
+    causal = bool(causal)
+    key = (library, q.shape, k.shape, None if v is None else v.shape[3], causal, layout, q.dtype)
+    found = _shapes.get(key)
+    if found is None:
+        found = CallShape(library=library, batch=q.shape[0], q_heads=q.shape[1], kv_heads=k.shape[1],
+                          q_len=q.shape[2], k_len=k.shape[2], head_dim=q.shape[3], causal=causal, layout=layout,
+                          dtype=str(q.dtype).removeprefix("torch."), head_dim_v=None if v is None else v.shape[3])
+        if len(_shapes) >= _SHAPES_SIZE:
+            _shapes.clear()
+        _shapes[key] = found
+    return found
 
 
 def record(shape: CallShape, mode: str | None = None, reason: str | None = None, target: str = "SDPA",
            grad: bool = False, deterministic: bool = False) -> None:
     """Count one call in every active report: served (``mode``; ``grad``: with a backward to come,
     ``deterministic``: the bitwise reproducible one) or sent to ``target`` for ``reason``."""
+    if not _ACTIVE:  # no report is counting (a list's truth needs no lock)
+        return
     with _LOCK:
         reports = list(_ACTIVE)
     for r in reports:
