@@ -40,7 +40,7 @@ def final_stage() -> int:
 def _stage(stage) -> lineage.Stage:
     table = _stages()
     if stage is None:
-        return table[final_stage()]
+        return table[max(table)]  # final_stage()
     if isinstance(stage, bool) or not isinstance(stage, int) or stage not in table:
         raise ValueError(f"stage: expected {contract.stage_choices(table)}, got {stage!r}")
     return table[stage]
@@ -130,7 +130,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     while grad mode is on (a result written in place would carry no gradient).
     """
     # The op's schema would refuse a wrong type too, with the dispatcher's wording; these say what to pass.
-    _stage(stage)
+    spec = _stage(stage)
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
     if not isinstance(layout, str):
@@ -153,7 +153,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return result if return_lse else result[0]
     if out is None:
         if not needs_grad and type(q) is T and type(k) is T and type(v) is T and _plain_eager(q):
-            return _attention_impl(q, k, v, causal, scale, stage, layout)  # what the op's dispatch would run
+            return _forward(q, k, v, causal, scale, spec, layout)  # what the op's dispatch would run
         return torch.ops.hopattn.attention(q, k, v, causal, scale, stage, layout, deterministic, backward_stage)
     if needs_grad:
         raise RuntimeError("out: a result written into out= carries no gradient, which would drop it silently; "
@@ -215,7 +215,12 @@ def _new_lse(q: torch.Tensor, call: contract.Call) -> torch.Tensor:
 def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None, stage: int | None = None, layout: str = "bhsd",
                     deterministic: bool = False, backward_stage: int | None = None) -> torch.Tensor:
-    call = _checked(q, k, v, None, causal, scale, stage, layout)
+    return _forward(q, k, v, causal, scale, _stage(stage), layout)
+
+
+def _forward(q, k, v, causal, scale, spec: lineage.Stage, layout) -> torch.Tensor:
+    """The op's implementation for a stage already looked up (the direct eager path has done so)."""
+    call = contract.check_call(q, k, v, causal=causal, scale=scale, stage=spec, layout=layout, lineage=_stages())
     out = _new_out(q, call)
     _run(call, q, k, v, out, fresh_out=True)
     return out
