@@ -152,10 +152,12 @@ def _plan(query, key, mask, dropout_p, is_causal, return_lse, parallel) -> tuple
         return is_causal, k_len, "context parallelism"
     if dropout_p:
         return is_causal, k_len, f"dropout {dropout_p} (the kernel has none)"
+    view = None
     if mask is not None and mask.dim() in (2, 3):
         # [B, Lk] key padding or [B, Lq, Lk]: the [B, H, Lq, Lk] broadcast the native backend uses
-        mask = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
-    verdict = masks.classify(mask, q_len, k_len)
+        # (a new view every call: the verdict is remembered for the model's own mask)
+        view = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
+    verdict = masks.classify(mask, q_len, k_len, view=view)
     if verdict == masks.OTHER:
         return is_causal, k_len, "attention mask (padding or another pattern than causal)"
     if verdict == masks.CAUSAL:

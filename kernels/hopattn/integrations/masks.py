@@ -27,15 +27,17 @@ _CACHE_SIZE = 16
 _cache: dict[int, tuple] = {}
 
 
-def classify(mask: torch.Tensor | None, q_len: int, k_len: int) -> str:
+def classify(mask: torch.Tensor | None, q_len: int, k_len: int, view: torch.Tensor | None = None) -> str:
     """NONE, CAUSAL or OTHER for a bool (True = attend) or additive float mask broadcastable to
-    [B, H, q_len, k_len]."""
+    [B, H, q_len, k_len]. ``view``: the mask as it is to be read (a 4-D view of ``mask`` made by the
+    caller, which is a new tensor every call); the verdict is remembered for ``mask`` itself, so a
+    mask reshaped per call is still read once (reading ends in a device-to-host sync)."""
     if mask is None:
         return NONE
     c = _cache.get(id(mask))
     if c is not None and c[0]() is mask and c[1:4] == (mask._version, q_len, k_len):
         return c[4]
-    verdict = _classify(mask, q_len, k_len)
+    verdict = _classify(mask if view is None else view, q_len, k_len)
     for key in [key for key, entry in _cache.items() if entry[0]() is None]:  # masks that are gone
         del _cache[key]
     if len(_cache) >= _CACHE_SIZE:
