@@ -105,17 +105,18 @@ def launcher_for(torch, device, kernel, backend: str, training: bool = False):
         gen = torch.Generator(device="cpu").manual_seed(0)
         dtype = getattr(torch, shape.dtype)
 
-        def rand(length, heads):
-            x = torch.randn(shape.batch, length, heads, shape.head_dim, generator=gen).to(device, dtype)
+        def rand(length, heads, dim=shape.head_dim):
+            x = torch.randn(shape.batch, length, heads, dim, generator=gen).to(device, dtype)
             return x.requires_grad_(training)
 
-        q, k, v = rand(shape.q_len, shape.q_heads), rand(shape.k_len, shape.kv_heads), rand(shape.k_len,
-                                                                                             shape.kv_heads)
+        dv = getattr(shape, "head_dim_v", 0) or shape.head_dim  # v's own head dim (MLA: q/k 192, v 128)
+        q, k, v = (rand(shape.q_len, shape.q_heads), rand(shape.k_len, shape.kv_heads),
+                   rand(shape.k_len, shape.kv_heads, dv))
         scale = 1.0 / math.sqrt(shape.head_dim)
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
         use_kernel = kernel is not None and (reason is None if backend == "hopattn" else
                                              kernel.unsupported(qh, kh, vh, shape.causal, grad=training) is None)
-        dout = torch.randn(q.shape, generator=gen).to(device, dtype) if training else None
+        dout = torch.randn((*q.shape[:-1], dv), generator=gen).to(device, dtype) if training else None
         if use_kernel:
             def forward():
                 return routing.serve(kernel, q, k, v, causal=shape.causal, scale=scale, layout="bshd")[0]

@@ -440,6 +440,20 @@ def test_training_replay_runs_forward_and_backward():
     assert fn().shape == (1, 16, 4, 128)  # inference: the forward alone
 
 
+def test_replay_gives_v_its_own_head_dim():
+    """A captured MLA-prefill call (q/k 192, v 128) is replayed with v of 128, not of q's 192."""
+    torch = pytest.importorskip("torch")
+    from hopattn.integrations import kernels, routing
+
+    from bench import model_runner
+
+    shape = routing.CallShape("transformers", 1, 4, 4, 16, 16, 192, True, "bhsd", "bfloat16", head_dim_v=128)
+    kern = kernels.reference_kernel(devices=("cpu",), head_dims=((192, 128),))
+    for kernel, backend in ((kern, "hopattn"), (None, "sdpa")):
+        fn, reason = model_runner.launcher_for(torch, torch.device("cpu"), kernel, backend)(shape, None)
+        assert fn().shape == (1, 16, 4, 128), (backend, reason)
+
+
 @pytest.mark.slow
 def test_training_dry_run_end_to_end(tmp_path):
     pytest.importorskip("transformers")
