@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, make_site
+from conftest import AWAITING_TRACE, REPO, make_site
 from hopattn import lineage
 from hopattn.records import traces
 
@@ -48,6 +48,9 @@ def test_inputs_hold_every_committed_trace(real):
     assert inp.trace_gpu == "nvidia-h200"
     assert len(inp.traces["nvidia-h200"]) == len(list(TRACES.glob("*.json")))
     for s in inp.stages:
+        if s.id in AWAITING_TRACE:
+            assert inp.trace(s, False) is None, f"stage {s.id} has its trace now: take it out of AWAITING_TRACE"
+            continue
         assert inp.trace(s, False)["stage"] == s.id
 
 
@@ -56,6 +59,9 @@ def test_every_stage_page_has_its_measured_timeline(real):
     inp, built = real
     for s in inp.stages:
         page = built.pages[f"stages/{s.name}.md"]
+        if s.id in AWAITING_TRACE:  # its page says so, under the model's heading
+            assert "### Schedule: predicted {#timeline}" in page, s.id
+            continue
         assert "### Timeline: measured and predicted {#timeline}" in page
         html = built.fragments[f"timeline-{s.name}"]
         assert f'id="s{s.id}-trace"' in html and f'id="s{s.id}-model"' in html
