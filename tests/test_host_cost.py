@@ -235,3 +235,17 @@ def test_call_shapes_are_kept_apart():
     k = torch.empty(1, 2, 32, 128, dtype=BF16)
     other = routing.shape_of("diffusers", q, k, False, "bshd", v=torch.empty(1, 2, 32, 64, dtype=BF16))
     assert (other.kv_heads, other.k_len, other.head_dim_v) == (2, 32, 64)
+
+
+def test_a_torch_without_the_private_state_takes_the_dispatch(monkeypatch):
+    """_plain_eager reads torch's private state; a torch where a piece of it is missing (another
+    version) must take the op's dispatch, not fail every call."""
+    import torch
+    from hopattn import api
+
+    class Bare:  # a custom op object without the attributes _plain_eager reads
+        pass
+
+    monkeypatch.setattr(api, "_attention_op", Bare())
+    monkeypatch.setattr(api, "DIRECT_DEVICE_TYPES", ("cpu",))
+    assert api._plain_eager(torch.zeros(1)) is False

@@ -241,11 +241,14 @@ def _plain_eager(q: torch.Tensor) -> bool:
     Then the op's dispatch — ~10 µs of torch's Python per call — is skipped; anything else takes it."""
     C = torch._C
     op = _attention_op
-    return (q.device.type in DIRECT_DEVICE_TYPES and not torch.compiler.is_compiling()
-            and C._len_torch_function_stack() == 0 and C._len_torch_dispatch_stack() == 0
-            and C._functorch.peek_interpreter_stack() is None and C._get_tracing_state() is None
-            and not C._autograd._profiler_enabled() and len(op._backend_fns) == 1 and not op._torch_dispatch_fns
-            and not op._disabled_kernel and op._vmap_fn is None and not op._autocast_dtype)
+    try:  # torch's private state: a torch without one of these takes the op's dispatch, as before
+        return (q.device.type in DIRECT_DEVICE_TYPES and not torch.compiler.is_compiling()
+                and C._len_torch_function_stack() == 0 and C._len_torch_dispatch_stack() == 0
+                and C._functorch.peek_interpreter_stack() is None and C._get_tracing_state() is None
+                and not C._autograd._profiler_enabled() and len(op._backend_fns) == 1 and not op._torch_dispatch_fns
+                and not op._disabled_kernel and op._vmap_fn is None and not op._autocast_dtype)
+    except AttributeError:
+        return False
 
 
 @_attention_op.register_fake
