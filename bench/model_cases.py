@@ -47,6 +47,10 @@ class Group:
     training: bool = False  # a step: forward, loss, backward
     layers_key: str | None = None  # the config's layer count (training: lowered until a step fits)
     backends: tuple[str, ...] | None = None  # the backends it runs (None: all)
+    # the FlashAttention peers refuse what they cannot serve (True), or, where the group's fallbacks are
+    # the glue's and not the kernel's (Gemma 3's sliding windows go to SDPA whichever kernel is routed
+    # to), send it to SDPA counted, as hopattn does
+    peers_strict: bool = True
 
     def runs(self, backend: str) -> bool:
         return self.backends is None or backend in self.backends
@@ -135,6 +139,36 @@ def llama_training_workload(length: int, tiny_length: int) -> Workload:
                              f"heads, causal)",
                     tokens=lambda tiny: {"sequence": tiny_length if tiny else length}, inputs=base.inputs,
                     est_step_s=1.0)
+
+
+# --- transformers: Gemma 3 ------------------------------------------------------------------------
+
+
+def build_gemma3(torch, config, device, dtype):
+    import copy
+
+    import transformers
+
+    cfg = transformers.Gemma3TextConfig(**copy.deepcopy(config))  # the config edits its rope_parameters
+    cfg._attn_implementation = "sdpa"
+    with torch.device(device), default_dtype(torch, dtype):
+        model = transformers.Gemma3ForCausalLM(cfg)
+    return model.eval().requires_grad_(False)
+
+
+def gemma3_workload(length: int, tiny_length: int) -> Workload:
+    def inputs(torch, device, dtype, tiny, gen):
+        vocab = (cfgs.TINY_GEMMA_3 if tiny else cfgs.GEMMA_3_12B)["vocab_size"]
+        n = tiny_length if tiny else length
+        return {"input_ids": torch.randint(0, vocab, (1, n), generator=gen).to(device)}
+
+    k = length // 1024
+    return Workload(id=f"gemma-3-12b-prefill-{k}k", label=f"Gemma-3-12B prefill, {k}k tokens",
+                    workload=f"time to first token: one forward of {length:,} tokens, batch 1 (16 query heads, "
+                             f"8 K/V heads, head dim 256, causal; 40 of the 48 layers a sliding window of 1,024, "
+                             f"which the transformers glue sends to SDPA, counted)",
+                    tokens=lambda tiny: {"prompt": tiny_length if tiny else length}, inputs=inputs,
+                    est_step_s=0.6)
 
 
 # --- diffusers: Wan2.1 and LTX-2 -------------------------------------------------------------------
@@ -236,6 +270,87 @@ def ltx2_tokens(tiny):
             "text": LTX2_TINY_TEXT if tiny else LTX2_TEXT}
 
 
+# --- diffusers: Stable Diffusion 3 ----------------------------------------------------------------
+
+
+class DispatchJointAttnProcessor:
+    """SD3's joint attention (diffusers' JointAttnProcessor2_0, the same projections, norms and
+    concatenation, image tokens first) through ``dispatch_attention_fn``, so that the backend the
+    model is switched to serves it. diffusers 0.42.1's JointAttnProcessor2_0 calls
+    F.scaled_dot_product_attention itself: under it every backend would be SDPA. The native backend
+    runs the same SDPA call (tests/test_bench_models.py compares the two)."""
+
+    _attention_backend = None  # set by ModelMixin.set_attention_backend
+    _parallel_config = None
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, *args, **kwargs):
+        import torch
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+        residual, batch = hidden_states, hidden_states.shape[0]
+
+        def heads(x):  # [B, L, H * D] -> BSHD
+            return x.view(batch, -1, attn.heads, x.shape[-1] // attn.heads)
+
+        query, key, value = heads(attn.to_q(hidden_states)), heads(attn.to_k(hidden_states)), \
+            heads(attn.to_v(hidden_states))
+        head_dim = key.shape[-1]
+        if attn.norm_q is not None:
+            query = attn.norm_q(query)
+        if attn.norm_k is not None:
+            key = attn.norm_k(key)
+        if encoder_hidden_states is not None:
+            eq, ek, ev = (heads(attn.add_q_proj(encoder_hidden_states)), heads(attn.add_k_proj(encoder_hidden_states)),
+                          heads(attn.add_v_proj(encoder_hidden_states)))
+            if attn.norm_added_q is not None:
+                eq = attn.norm_added_q(eq)
+            if attn.norm_added_k is not None:
+                ek = attn.norm_added_k(ek)
+            query, key, value = torch.cat([query, eq], dim=1), torch.cat([key, ek], dim=1), torch.cat([value, ev], dim=1)
+
+        out = dispatch_attention_fn(query, key, value, dropout_p=0.0, is_causal=False, backend=self._attention_backend,
+                                    parallel_config=self._parallel_config)
+        hidden_states = out.reshape(batch, -1, attn.heads * head_dim).to(query.dtype)
+        if encoder_hidden_states is not None:
+            hidden_states, encoder_hidden_states = hidden_states[:, : residual.shape[1]], \
+                hidden_states[:, residual.shape[1]:]
+            if not attn.context_pre_only:
+                encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+        if encoder_hidden_states is not None:
+            return hidden_states, encoder_hidden_states
+        return hidden_states
+
+
+def build_sd3(torch, config, device, dtype):
+    model = build_diffusers("SD3Transformer2DModel")(torch, config, device, dtype)
+    model.set_attn_processor(DispatchJointAttnProcessor())
+    return model
+
+
+# 1024 x 1024: latent 128 x 128 (VAE 8x), patch 2 -> 4,096 image tokens; text 77 (CLIP) + 256 (T5) = 333.
+SD3_LATENT, SD3_TINY_LATENT = 128, 16
+SD3_TEXT, SD3_TINY_TEXT = 77 + 256, 12
+
+
+def sd3_inputs(torch, device, dtype, tiny, gen):
+    c = cfgs.TINY_SD3 if tiny else cfgs.SD3_MEDIUM
+    side, text = (SD3_TINY_LATENT, SD3_TINY_TEXT) if tiny else (SD3_LATENT, SD3_TEXT)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen).to(device, dtype)
+
+    return {"hidden_states": randn(1, c["in_channels"], side, side),
+            "encoder_hidden_states": randn(1, text, c["joint_attention_dim"]),
+            "pooled_projections": randn(1, c["pooled_projection_dim"]),
+            "timestep": torch.tensor([500.0], device=device)}
+
+
+def sd3_tokens(tiny):
+    side = SD3_TINY_LATENT if tiny else SD3_LATENT
+    return {"image": (side // 2) ** 2, "text": SD3_TINY_TEXT if tiny else SD3_TEXT}
+
+
 GROUPS = {g.id: g for g in (
     Group(id="llama-3.1-8b", library="transformers", config=cfgs.LLAMA_3_1_8B, tiny_config=cfgs.TINY_LLAMA,
           config_source="meta-llama/Llama-3.1-8B config.json (Hugging Face Hub)", strict=True,
@@ -262,6 +377,20 @@ GROUPS = {g.id: g for g in (
                               workload="one denoising step (one transformer forward) at 512 x 768, 121 frames: "
                                        "6,144 video tokens, 126 audio tokens, 1,024 text tokens",
                               tokens=ltx2_tokens, inputs=ltx2_inputs, est_step_s=0.6),)),
+    # Joint attention over image and text tokens at head dim 64, through DispatchJointAttnProcessor.
+    Group(id="sd3-medium", library="diffusers", config=cfgs.SD3_MEDIUM, tiny_config=cfgs.TINY_SD3,
+          config_source="stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json", strict=True,
+          build=build_sd3, forward=forward_wan,
+          workloads=(Workload(id="sd3-medium-1024px", label="Stable Diffusion 3 Medium, 1024 x 1024",
+                              workload="one denoising step (one transformer forward) at 1024 x 1024: joint "
+                                       "attention over 4,096 image tokens and 333 text tokens (77 CLIP, 256 T5), "
+                                       "24 heads of dim 64",
+                              tokens=sd3_tokens, inputs=sd3_inputs, est_step_s=0.15),)),
+    # Not strict: the sliding-window layers (40 of 48) go to SDPA, for hopattn and the peers alike, counted.
+    Group(id="gemma-3-12b", library="transformers", config=cfgs.GEMMA_3_12B, tiny_config=cfgs.TINY_GEMMA_3,
+          config_source="google/gemma-3-12b-pt config.json, text_config (Hugging Face Hub)", strict=False,
+          build=build_gemma3, forward=forward_llama, workloads=(gemma3_workload(8192, 64),),
+          layers_key="num_hidden_layers", peers_strict=False),
     # Training (python -m bench.models --training): hopattn against SDPA (and SDPA's cuDNN backend) only; the
     # FlashAttention peers are described without a backward (bench/model_peers.py).
     Group(id="llama-3.1-8b-training", library="transformers", config=cfgs.LLAMA_3_1_8B, tiny_config=cfgs.TINY_LLAMA,

@@ -10,6 +10,10 @@ Sources, as published:
   transformer/config.json of Lightricks/LTX-2); sizes from diffusers' LTX2Pipeline defaults (512 x 768,
   121 frames at 24 fps, 1,024 text tokens) and its VAE (8x temporal, 32x32 spatial compression; audio at
   16 kHz, hop 160, 4x compression: 25 latent frames a second).
+- Stable Diffusion 3 (medium): transformer/config.json of stabilityai/stable-diffusion-3-medium-diffusers
+  (SD3Transformer2DModel); sizes from diffusers' StableDiffusion3Pipeline defaults (1024 x 1024, VAE 8x ->
+  a 128 x 128 latent, patch 2 -> 4,096 image tokens; 77 CLIP + 256 T5 tokens = 333 text tokens).
+- Gemma 3 12B: text_config of google/gemma-3-12b-pt's config.json (Gemma3TextConfig, Gemma3ForCausalLM).
 """
 
 from __future__ import annotations
@@ -53,3 +57,33 @@ TINY_WAN = {**WAN_2_1_T2V_14B, "num_attention_heads": 2, "num_layers": 2, "ffn_d
 TINY_LTX_2 = {**LTX_2, "in_channels": 4, "out_channels": 4, "num_attention_heads": 2, "cross_attention_dim": 256,
               "audio_in_channels": 4, "audio_out_channels": 4, "audio_num_attention_heads": 2,
               "audio_cross_attention_dim": 128, "num_layers": 2, "caption_channels": 16}
+
+# Stable Diffusion 3 (medium): transformer/config.json of stabilityai/stable-diffusion-3-medium-diffusers
+# (24 joint-attention layers of 24 heads of dim 64; SD3.0: no qk norm, no dual-attention layers).
+SD3_MEDIUM = {
+    "sample_size": 128, "patch_size": 2, "in_channels": 16, "num_layers": 24, "attention_head_dim": 64,
+    "num_attention_heads": 24, "joint_attention_dim": 4096, "caption_projection_dim": 1536,
+    "pooled_projection_dim": 2048, "out_channels": 16, "pos_embed_max_size": 192,
+}
+
+# Gemma 3 12B, text only: text_config of google/gemma-3-12b-pt's config.json, in transformers 5's names
+# (rope_scaling linear x8 on the global layers, rope_local_base_freq 10,000 on the sliding ones ->
+# rope_parameters; sliding_window_pattern 6 -> layer_types: 5 sliding layers, then 1 global, 8 times).
+GEMMA_3_12B = {
+    "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "vocab_size": 262208, "query_pre_attn_scalar": 256,
+    "sliding_window": 1024, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+    "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True,
+    "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+}
+
+# Tiny ones: SD3's head dim 64 and Gemma 3's 256, a sliding window shorter than the tiny prompt (so the
+# five sliding layers of six fall back as at 8k).
+TINY_SD3 = {**SD3_MEDIUM, "sample_size": 16, "in_channels": 4, "out_channels": 4, "num_layers": 2,
+            "num_attention_heads": 2, "joint_attention_dim": 64, "caption_projection_dim": 128,
+            "pooled_projection_dim": 32, "pos_embed_max_size": 32}
+TINY_GEMMA_3 = {**GEMMA_3_12B, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 6,
+                "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 512,
+                "max_position_embeddings": 4096, "sliding_window": 16}

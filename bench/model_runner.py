@@ -23,6 +23,7 @@ import gc
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -114,8 +115,10 @@ def launcher_for(torch, device, kernel, backend: str, training: bool = False):
                    rand(shape.k_len, shape.kv_heads, dv))
         scale = 1.0 / math.sqrt(shape.head_dim)
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-        use_kernel = kernel is not None and (reason is None if backend == "hopattn" else
-                                             kernel.unsupported(qh, kh, vh, shape.causal, grad=training) is None)
+        window = sliding_window(reason)  # the glue sends it to SDPA, with the model's mask, whatever the kernel
+        use_kernel = window is None and kernel is not None and (
+            reason is None if backend == "hopattn" else
+            kernel.unsupported(qh, kh, vh, shape.causal, grad=training) is None)
         dout = torch.randn((*q.shape[:-1], dv), generator=gen).to(device, dtype) if training else None
         if use_kernel:
             def forward():
@@ -125,7 +128,11 @@ def launcher_for(torch, device, kernel, backend: str, training: bool = False):
         sdpa = torch.nn.functional.scaled_dot_product_attention
         gqa = shape.kv_heads != shape.q_heads
 
+        mask = None if window is None else window_mask(torch, shape.q_len, shape.k_len, window, device)
+
         def sdpa_forward():  # BHSD out, BSHD as the kernel's (dout's layout)
+            if mask is not None:  # as transformers' SDPA function gets it: the mask, no is_causal
+                return sdpa(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=gqa).transpose(1, 2)
             return sdpa(qh, kh, vh, is_causal=shape.causal, scale=scale, enable_gqa=gqa).transpose(1, 2)
 
         fn = _with_backward(torch, sdpa_forward, (q, k, v), dout)
@@ -139,6 +146,21 @@ def launcher_for(torch, device, kernel, backend: str, training: bool = False):
     return make
 
 
+def sliding_window(reason: str | None) -> int | None:
+    """The window of a call the transformers glue sent to SDPA for its sliding window (its reason
+    reads "sliding window W over N keys"), else None."""
+    match = re.fullmatch(r"sliding window (\d+) over \d+ keys", reason or "")
+    return int(match.group(1)) if match else None
+
+
+def window_mask(torch, q_len: int, k_len: int, window: int, device):
+    """transformers' sliding-window causal mask (True: attend), [1, 1, q_len, k_len], queries at the
+    end of the keys: a query sees itself and the window - 1 keys before it."""
+    q = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
+    kv = torch.arange(k_len, device=device)[None, :]
+    return ((kv <= q) & (kv > q - window))[None, None]
+
+
 def _with_backward(torch, forward, inputs, dout):
     """forward alone (dout None), or forward and the gradients of ``inputs`` for ``dout``."""
     if dout is None:
@@ -150,7 +172,7 @@ def run_case(torch, device, group, wl, model, inputs, backend, kernels, args, wo
     from hopattn.integrations import routing
 
     clock = model_timing.Clock(torch, device)
-    strict = group.strict or backend in ("fa3", "fa4")
+    strict = group.strict or (backend in ("fa3", "fa4") and group.peers_strict)
     report = None
     grad_errors, message = {}, None
 
@@ -164,6 +186,9 @@ def run_case(torch, device, group, wl, model, inputs, backend, kernels, args, wo
         if backend in kernels:  # one step under a report: what this backend served, and why not the rest
             with routing.track(strict=strict, kernel=kernels[backend].name) as report:
                 outputs = step()
+            if report.served == 0:  # not strict, and all of it SDPA's: no measurement of this backend
+                raise routing.RoutingError(f"{kernels[backend].name} served none of the step's attention calls "
+                                           f"({report.summary()})")
         else:
             outputs = step()
         if group.training:
@@ -321,7 +346,7 @@ def main(argv=None) -> int:
                 missing[name] = why
             else:
                 kernels[name] = kern
-                model_cases.register(group.library, name, kern, strict=True)
+                model_cases.register(group.library, name, kern, strict=group.strict or group.peers_strict)
 
     if group.training:  # on the first workload's inputs (the workloads of a group are alike or smaller)
         first = group.workloads[0].inputs(torch, device, dtype, args.dry_run, torch.Generator().manual_seed(args.seed + 1))

@@ -1,10 +1,16 @@
 """End-to-end model benchmark: real model configurations (random weights) with each attention
 backend on the same weights; writes bench/results/models-<gpu-slug>.json.
 
-    python -m bench.models                      # every model, every backend (about 7 minutes on an H200)
+    python -m bench.models                      # every model, every backend (about 8 minutes on an H200)
     python -m bench.models --models llama-3.1-8b --backends sdpa,hopattn
+    python -m bench.models --models sd3-medium,gemma-3-12b --backends sdpa,hopattn,fa3   # head dims 64 and 256
     python -m bench.models --training           # training steps: Llama-3.1-8B at 8k, Wan2.1-1.3B (a few minutes)
     python -m bench.models --dry-run            # tiny configurations on CPU, the reference kernel for hopattn
+
+Inference groups: llama-3.1-8b (prefill 8k, 32k), wan2.1-t2v-14b and wan2.1-t2v-1.3b (480p x 81
+frames), ltx-2 (512 x 768 x 121 frames, with audio), sd3-medium (1024 x 1024: joint attention over
+4,096 image and 333 text tokens, head dim 64) and gemma-3-12b (prefill 8k, head dim 256; its
+sliding-window layers, 40 of 48, go to SDPA for every routed backend and are counted as fallbacks).
 
 --training runs the training groups instead of the inference ones (forward, loss and backward
 through each backend on the same weights; loss and gradients compared with SDPA's): hopattn, SDPA

@@ -472,3 +472,170 @@ def test_training_dry_run_end_to_end(tmp_path):
         assert hop["status"] == "ok" and hop["routing"]["served"] == hop["routing"]["backward"] > 0
         assert hop["errors"]["rel_err_grads"] < 3e-2 and hop["errors"]["rel_err_loss"] < 1e-2
         assert "layers" in model["workload"]
+
+
+# --- SD3 (head dim 64) and Gemma 3 (head dim 256): issue #29 ------------------------------------------
+
+
+def test_sd3_and_gemma3_configs_are_the_published_sizes():
+    from bench import model_cases, models
+    from bench import model_configs as c
+
+    sd3 = c.SD3_MEDIUM
+    assert (sd3["num_layers"], sd3["num_attention_heads"], sd3["attention_head_dim"]) == (24, 24, 64)
+    assert sd3["caption_projection_dim"] == 24 * 64 and c.TINY_SD3["attention_head_dim"] == 64
+    wl = model_cases.GROUPS["sd3-medium"].workloads[0]
+    assert wl.tokens(False) == {"image": 4096, "text": 333}  # 1024 px / 8 / patch 2 squared; 77 CLIP + 256 T5
+    g = c.GEMMA_3_12B
+    assert (g["hidden_size"], g["num_hidden_layers"], g["num_attention_heads"], g["num_key_value_heads"],
+            g["head_dim"], g["sliding_window"], g["query_pre_attn_scalar"]) == (3840, 48, 16, 8, 256, 1024, 256)
+    assert g["attn_logit_softcapping"] is None and c.TINY_GEMMA_3["head_dim"] == 256
+    gemma = model_cases.GROUPS["gemma-3-12b"]
+    assert gemma.workloads[0].id == "gemma-3-12b-prefill-8k" and gemma.workloads[0].tokens(False) == {"prompt": 8192}
+    assert not gemma.strict and not gemma.peers_strict and model_cases.GROUPS["sd3-medium"].strict
+    assert {"sd3-medium", "gemma-3-12b"} <= {g.id for g in models.select_groups("all", training=False)}
+
+
+def test_gemma3_config_has_five_sliding_layers_of_six():
+    pytest.importorskip("transformers")
+    import copy
+
+    import transformers
+
+    from bench import model_configs as c
+
+    cfg = transformers.Gemma3TextConfig(**copy.deepcopy(c.GEMMA_3_12B))
+    assert cfg.layer_types.count("sliding_attention") == 40 and cfg.layer_types.count("full_attention") == 8
+    assert cfg.layer_types[5::6] == ["full_attention"] * 8 and cfg.query_pre_attn_scalar ** -0.5 == 1 / 16
+    assert cfg.rope_parameters["full_attention"]["factor"] == 8.0
+    tiny = transformers.Gemma3TextConfig(**copy.deepcopy(c.TINY_GEMMA_3))
+    assert tiny.layer_types.count("sliding_attention") == 5 and tiny.sliding_window < 64  # the tiny prompt
+
+
+def test_sd3_processor_goes_through_the_dispatcher_as_diffusers_own_computes():
+    """DispatchJointAttnProcessor gives what diffusers' JointAttnProcessor2_0 gives under the native
+    backend; the routed backend serves its calls, which diffusers' own processor would never reach
+    (it calls F.scaled_dot_product_attention itself: a strict report finds nothing served)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("diffusers")
+    from diffusers.models.attention_processor import JointAttnProcessor2_0
+    from hopattn.integrations import routing
+
+    from bench import model_cases, model_peers, model_runner
+    from bench import model_configs as c
+
+    cpu = torch.device("cpu")
+    wl = model_cases.GROUPS["sd3-medium"].workloads[0]
+    torch.manual_seed(0)
+    model = model_cases.build_sd3(torch, c.TINY_SD3, cpu, torch.float32)
+    inputs = wl.inputs(torch, cpu, torch.float32, True, torch.Generator().manual_seed(1))
+    try:
+        model.set_attention_backend("native")
+        with torch.no_grad():
+            ours = model_cases.forward_wan(torch, model, inputs)["latents"]
+            model.set_attn_processor(JointAttnProcessor2_0())
+            theirs = model_cases.forward_wan(torch, model, inputs)["latents"]
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+        torch.manual_seed(0)
+        model = model_cases.build_sd3(torch, c.TINY_SD3, cpu, torch.bfloat16)
+        inputs = wl.inputs(torch, cpu, torch.bfloat16, True, torch.Generator().manual_seed(1))
+        hop = model_runner.hopattn_kernel(torch, cpu, dry_run=True)
+        model_cases.register("diffusers", "hopattn", hop, strict=True)
+        model_cases.register("diffusers", "capture", model_peers.as_capture(hop, "cpu"), strict=False)
+        calls = model_runner.capture(torch, model_cases.GROUPS["sd3-medium"], model, inputs, cpu)
+        assert [(x["head_dim"], x["q_len"], x["causal"], x["count"], x["reason"]) for x in calls] == \
+            [(64, 64 + 12, False, 2, None)]  # joint: image and text tokens in one call, every layer
+        with model_cases.backend(torch, "diffusers", model, "hopattn"):
+            with routing.track(strict=True) as report:
+                model_cases.run_step(torch, model_cases.GROUPS["sd3-medium"], model, inputs)
+        assert report.calls == report.served == c.TINY_SD3["num_layers"]
+        model.set_attn_processor(JointAttnProcessor2_0())
+        with model_cases.backend(torch, "diffusers", model, "hopattn"):
+            with pytest.raises(routing.RoutingError, match="no attention call went through"):
+                with routing.track(strict=True):
+                    model_cases.run_step(torch, model_cases.GROUPS["sd3-medium"], model, inputs)
+    finally:
+        model.set_attention_backend("native")  # the registry's active backend is process-wide
+
+
+def test_sliding_window_calls_are_replayed_with_their_window_through_sdpa():
+    torch = pytest.importorskip("torch")
+    from hopattn.integrations import kernels, routing
+
+    from bench import model_runner
+
+    assert model_runner.sliding_window("sliding window 1024 over 8192 keys") == 1024
+    assert model_runner.sliding_window(None) is None and model_runner.sliding_window("head dim 80") is None
+    mask = model_runner.window_mask(torch, 4, 6, 2, "cpu")[0, 0]
+    assert mask.tolist() == [[False, True, True, False, False, False], [False, False, True, True, False, False],
+                             [False, False, False, True, True, False], [False, False, False, False, True, True]]
+
+    def never(*a, **k):
+        raise AssertionError("a sliding-window call reached the kernel")
+
+    shape = routing.CallShape("transformers", 1, 4, 2, 16, 16, 256, True, "bhsd", "bfloat16")
+    kern = kernels.Kernel(name="fa3", call=never, head_dims=(256,), devices=("cpu",), gqa=True)
+    reason = "sliding window 4 over 16 keys"
+    outs = [model_runner.launcher_for(torch, torch.device("cpu"), k, b)(shape, reason)[0]()
+            for k, b in ((kern, "hopattn"), (kern, "fa3"), (None, "sdpa"))]
+    assert all(torch.equal(o, outs[0]) for o in outs)
+    full = model_runner.launcher_for(torch, torch.device("cpu"), None, "sdpa")(shape, "x")[0]()
+    assert not torch.equal(full, outs[0])  # the window changed what was computed
+
+
+def test_a_backend_that_serves_nothing_is_refused_not_timed_as_sdpa(tmp_path):
+    """A non-strict group (Gemma 3) with a peer that serves none of its calls (FA4 has no head dim
+    256): the case is refused, not recorded as a timing of SDPA under the peer's name."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import argparse
+    from dataclasses import replace
+
+    from hopattn.integrations import kernels, routing
+
+    from bench import model_cases, model_peers, model_runner
+
+    cpu = torch.device("cpu")
+    group = model_cases.GROUPS["gemma-3-12b"]
+    wl = group.workloads[0]
+    torch.manual_seed(0)
+    model = group.build(torch, group.tiny_config, cpu, torch.bfloat16)
+    hop = model_runner.hopattn_kernel(torch, cpu, dry_run=True)
+    model_cases.register("transformers", "capture", model_peers.as_capture(hop, "cpu"), strict=False)
+    inputs = wl.inputs(torch, cpu, torch.bfloat16, True, torch.Generator().manual_seed(1))
+    calls = model_runner.capture(torch, group, model, inputs, cpu)
+    assert sorted((x["reason"], x["count"]) for x in calls if x["reason"]) == [("sliding window 16 over 64 keys", 5)]
+    (tmp_path / f"{wl.id}.calls.json").write_text(json.dumps(calls))
+    fa4 = replace(kernels.reference_kernel(devices=("cpu",), head_dims=(64, 96, 128)), name="fa4")
+    model_cases.register("transformers", "fa4", fa4, strict=group.strict or group.peers_strict)
+    args = argparse.Namespace(warmup=1, reps=1)
+    with pytest.raises(routing.RoutingError, match="fa4 served none of the step's attention calls"):
+        model_runner.run_case(torch, cpu, group, wl, model, inputs, "fa4", {"fa4": fa4}, args, tmp_path)
+
+
+@pytest.mark.slow
+def test_sd3_and_gemma3_dry_run_end_to_end(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("diffusers")
+    out = tmp_path / "models-cpu.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.models", "--dry-run", "--models", "sd3-medium,gemma-3-12b",
+                           "--backends", "sdpa,hopattn,fa3", "--reps", "2", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    data = mr.load(out)
+    assert set(data["models"]) == {"sd3-medium-1024px", "gemma-3-12b-prefill-8k"}
+    sd3 = data["models"]["sd3-medium-1024px"]
+    assert [(c["head_dim"], c["reason"]) for c in sd3["attention_calls"]] == [(64, None)] and sd3["strict"]
+    hop = sd3["cases"]["hopattn"]
+    assert hop["status"] == "ok" and hop["routing"]["calls"] == hop["routing"]["served"] == 2
+    assert hop["routing"]["strict"] and hop["errors"]["rel_err_latents"] < 3e-2 and hop["attention_ms"] > 0
+    assert sd3["cases"]["fa3"]["status"] == "missing"  # not on this machine
+    gemma = data["models"]["gemma-3-12b-prefill-8k"]
+    assert not gemma["strict"] and {c["head_dim"] for c in gemma["attention_calls"]} == {256}
+    hop = gemma["cases"]["hopattn"]
+    assert hop["status"] == "ok" and not hop["routing"]["strict"]
+    assert (hop["routing"]["calls"], hop["routing"]["served"]) == (6, 1)  # the one global layer of six
+    assert hop["routing"]["fallbacks"] == {"sliding window 16 over 64 keys": 5}
+    assert hop["errors"]["rel_err_logits"] < 3e-2 and hop["step_ms"]["samples"] == 2
