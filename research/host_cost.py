@@ -3,6 +3,7 @@
     PYTHONPATH=kernels:. python research/host_cost.py            # CPU: device parts stubbed, every Python check runs
     PYTHONPATH=kernels:. python research/host_cost.py --profile  # ... and a cProfile of hopattn.attention
     PYTHONPATH=kernels:. python research/host_cost.py --gpu      # GPU: real calls, host time against kernel time
+    PYTHONPATH=kernels:. python research/host_cost.py --gpu --profile  # ... and the pieces and a cProfile, real calls
 
 CPU mode (no GPU needed): CPU tensors of LTX-2's shapes, strides and dtype stand in for CUDA ones, and
 the device parts are stubbed — the contract's device-type check also takes "cpu", the device
@@ -339,6 +340,63 @@ def gpu(calls: int = 1000) -> None:
     torch.cuda.synchronize()
 
 
+def gpu_profile(calls: int = 5000, top: int = 30) -> None:
+    """Where a real call's host time goes (the audio shape, host-bound): perf_counter around the
+    pieces of hopattn.attention's eager path with real CUDA tensors, a calibration (an empty torch op,
+    SDPA), and a cProfile of ``calls`` calls sorted by own time."""
+    assert torch.cuda.is_available(), "--gpu --profile needs a CUDA device"
+    q, k, v = tensors(GPU_SHAPES["ltx2-audio"], "cuda")
+    for t in (q, k, v):
+        t.normal_()
+    stage, table = api._stage(None), api._stages()
+    call = contract.check_call(q, k, v, causal=False, scale=None, stage=stage, layout="bshd", lineage=table)
+    out = api._new_out(q, call)
+    lib = api._library(stage.number)
+    index = q.device.index
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    steps = {
+        "torch.empty_like(q) (calibration: one torch op)": lambda: torch.empty_like(q),
+        "sdpa (calibration)": lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh),
+        "api._plain_eager(q)": lambda: api._plain_eager(q),
+        "contract.check_call (seen before)": lambda: contract.check_call(
+            q, k, v, causal=False, scale=None, stage=stage, layout="bshd", lineage=table),
+        "contract.check_memory (fresh out)": lambda: contract.check_memory(call, q, k, v, out, True),
+        "api._new_out (CUDA caching allocator)": lambda: api._new_out(q, call),
+        "4x call.strides": lambda: [call.strides(t) for t in (q, k, v, out)],
+        "torch.cuda._exchange_device x2": lambda: torch.cuda._maybe_exchange_device(torch.cuda._exchange_device(index)),
+        "torch._C._cuda_getCurrentRawStream": lambda: torch._C._cuda_getCurrentRawStream(index),
+        "api._sm_count(device)": lambda: api._sm_count(q.device),
+        "lib.launch alone (the binding and cudaLaunch)": lambda: lib.launch(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), call.strides(q), call.strides(k),
+            call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, call.head_dim,
+            call.scale, call.causal, api._sm_count(q.device), torch._C._cuda_getCurrentRawStream(index),
+            call.kv_heads, 0),
+        "api._run (fresh out)": lambda: api._run(call, q, k, v, out, fresh_out=True),
+        "hopattn.attention bshd": lambda: api.attention(q, k, v, layout="bshd"),
+        "torch.ops.hopattn.attention.default": lambda: torch.ops.hopattn.attention.default(
+            q, k, v, False, None, None, "bshd"),
+    }
+    print(f"pieces on the GPU ({GPU_SHAPES['ltx2-audio']}, BSHD bf16), µs per call, median of 15 batches:")
+    for name, fn in steps.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        s = time_per_call(fn, 500, 15)
+        torch.cuda.synchronize()
+        print(f"  {name:50s} {s['median_us']:7.2f} µs  (p10 {s['p10_us']:.2f}, p90 {s['p90_us']:.2f})", flush=True)
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(calls):
+        api.attention(q, k, v, layout="bshd")
+        if i % 500 == 499:
+            torch.cuda.synchronize()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    print(text.getvalue(), flush=True)
+
+
 def _table(found: dict) -> str:
     lines = []
     for shape, rows in found.items():
@@ -357,6 +415,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.gpu:
         gpu(min(args.calls, 1000))
+        if args.profile:
+            gpu_profile()
         return
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {args.calls} calls x {args.repeats}")
     print(_table(measure(args.calls, args.repeats, tuple(SHAPES))))

@@ -10,7 +10,10 @@ largest |x − m| of the row's finite elements, unit = one rounding of the dtype
   lse, loss: twice torch's own float32 error, + 2^-20 · (|lse| + |m − x_t| + spread) (the fp32 terms and
              exp2's argument), + 8 · sqrt(V) · 2^-24 (the sum's order), + ε · sqrt(V) · 2^-22 · max |x|
              (label smoothing's plain sum);
-  dlogits:   |g| · (twice float32's error + p · (unit + 4 · sqrt(V) · 2^-24 + 2^-20 + spread · 2^-22))
+  dlogits:   |g| · (twice float32's error + p · (unit + 4 · sqrt(V) · 2^-24 + 2^-20 + spread · 2^-22)
+             + ε/V · 4 · 2^-24 (label smoothing's ε/V, its fp32 roundings: where p is ~0 it is the whole
+             gradient, and one rounding of the output alone does not cover it — an fp32 row with
+             |x| ~ 30 failed by 6 % of that before this term))
              + unit · |dlogits| (its rounding) + the smallest subnormal step;
   ignored rows: loss and dlogits exactly 0; targets out of range: loss and the row's dlogits NaN.
 """
@@ -138,7 +141,8 @@ def _bounds(x, t, eps, ref, g=None):
     p32 = torch.softmax(xf, -1).double()
     gg = (torch.ones_like(lse) if g is None else g.double().expand_as(lse)).abs().unsqueeze(-1)
     grad_bound = gg * (2 * (p32 - p).abs() + p * (unit + 4 * math.sqrt(cols) * 2.0**-24 + 2.0**-20
-                                                 + spread.unsqueeze(-1) * 2.0**-22)) + unit * grad.abs() + tiny
+                                                 + spread.unsqueeze(-1) * 2.0**-22)
+                 + eps / cols * 4 * 2.0**-24) + unit * grad.abs() + tiny
     return loss_bound, lse_bound, grad_bound
 
 

@@ -272,7 +272,13 @@ def test_deepseek_mla_prefill_strict_matches_sdpa():
         out = logits(model, "hopattn", ids, use_cache=False)
     assert report.served == report.calls == 2
     assert {(s.head_dim, s.head_dim_v) for s, _ in report.shapes} == {(192, 128)}
-    assert rel_err(out, ref) < 3e-2
+    # The bound comes from a float32 run of the same weights, not a fixed number: the MoE layer's
+    # top-k routing is discontinuous, so any bf16 attention (SDPA's too) flips some tokens' experts and
+    # the logits move by more than the attention does (hopattn against SDPA read 3.8 % on the H200,
+    # 2026-12-02, where a fixed 3 % bound had been set). hopattn must be as close to float32 as SDPA is.
+    ref32 = logits(model.float(), "sdpa", ids, use_cache=False)
+    err_hop, err_sdpa = rel_err(out, ref32), rel_err(ref, ref32)
+    assert err_hop <= 1.25 * err_sdpa + 2e-3, (err_hop, err_sdpa)
 
 
 @pytest.mark.parametrize("pair", [p for p in SERVED if p not in TRAINED], ids=pair_id)
