@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 transformers = pytest.importorskip("transformers")
 diffusers = pytest.importorskip("diffusers")
 
+import hopattn  # noqa: E402
 from diffusers.models import attention_dispatch as ad  # noqa: E402
 from hopattn.integrations import diffusers as hop_df  # noqa: E402
 from hopattn.integrations import kernels, routing  # noqa: E402
@@ -272,13 +273,41 @@ def test_deepseek_mla_prefill_strict_matches_sdpa():
         out = logits(model, "hopattn", ids, use_cache=False)
     assert report.served == report.calls == 2
     assert {(s.head_dim, s.head_dim_v) for s, _ in report.shapes} == {(192, 128)}
-    # The bound comes from a float32 run of the same weights, not a fixed number: the MoE layer's
-    # top-k routing is discontinuous, so any bf16 attention (SDPA's too) flips some tokens' experts and
-    # the logits move by more than the attention does (hopattn against SDPA read 3.8 % on the H200,
-    # 2026-12-02, where a fixed 3 % bound had been set). hopattn must be as close to float32 as SDPA is.
-    ref32 = logits(model.float(), "sdpa", ids, use_cache=False)
-    err_hop, err_sdpa = rel_err(out, ref32), rel_err(ref, ref32)
-    assert err_hop <= 1.25 * err_sdpa + 2e-3, (err_hop, err_sdpa)
+    # The logits are not the measure here: the MoE layer's top-k routing is discontinuous, so any bf16
+    # attention flips some tokens' experts and the logits move by more than the attention does. On the
+    # H200 (2026-12-02) hopattn's logits were 3.8 % from SDPA's, and 4.1 % from a float32 run where
+    # SDPA's were 3.0 %: routing noise of that size either way. So the model-level check is the top
+    # token, and each attention call the model made is checked against float64 instead.
+    assert (out.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def record(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        calls.append((q.detach().clone(), k.detach().clone(), v.detach().clone(), attn_mask, is_causal, scale, kw))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+
+    torch.nn.functional.scaled_dot_product_attention = record
+    try:
+        logits(model, "sdpa", ids, use_cache=False)
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = sdpa
+    assert len(calls) == 2
+    for q, k, v, mask, is_causal, scale, kw in calls:
+        assert (q.shape[-1], v.shape[-1]) == (192, 128) and not kw.get("enable_gqa", False)
+        n, m = q.shape[-2], k.shape[-2]
+        causal = torch.ones(n, m, dtype=torch.bool, device=CUDA).tril(m - n)
+        if mask is not None:  # what the model asked for must be the causal pattern the kernel is given
+            allowed = mask if mask.dtype == torch.bool else mask == 0
+            assert bool((allowed.expand(*q.shape[:-2], n, m) == causal).all())
+        else:
+            assert is_causal
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        s64 = (q.double() @ k.double().transpose(-1, -2)) * scale
+        ref64 = torch.softmax(s64.masked_fill(~causal, float("-inf")), -1) @ v.double()
+        hop = hopattn.attention(q, k, v, causal=True, scale=scale)
+        bf16 = sdpa(q, k, v, is_causal=True, scale=scale)
+        err_hop, err_sdpa = rel_err(hop, ref64), rel_err(bf16, ref64)
+        assert err_hop <= 1.25 * err_sdpa + 1e-4, (err_hop, err_sdpa)
 
 
 @pytest.mark.parametrize("pair", [p for p in SERVED if p not in TRAINED], ids=pair_id)
