@@ -249,3 +249,28 @@ def test_a_torch_without_the_private_state_takes_the_dispatch(monkeypatch):
     monkeypatch.setattr(api, "_attention_op", Bare())
     monkeypatch.setattr(api, "DIRECT_DEVICE_TYPES", ("cpu",))
     assert api._plain_eager(torch.zeros(1)) is False
+
+
+def test_the_autocast_guard_reads_the_state_under_either_name(monkeypatch):
+    """torch 2.13 keeps register_autocast's rule in ``_autocast_dtype``; torch 2.11 (the H200
+    machine's) has no such attribute, and reading it made every eager call take the dispatch there.
+    The guard reads whatever ``_autocast*`` attributes the op has: none set is no rule."""
+    from hopattn import api
+
+    class Op211:  # the attributes _plain_eager reads, as a torch without _autocast_dtype has them
+        _backend_fns = {None: object()}
+        _torch_dispatch_fns: dict = {}
+        _disabled_kernel: set = set()
+        _vmap_fn = None
+
+    op = Op211()
+    monkeypatch.setattr(api, "_attention_op", op)
+    monkeypatch.setattr(api, "DIRECT_DEVICE_TYPES", ("cpu",))
+    assert api._plain_eager(torch.zeros(1)) is True
+    op._autocast_cuda_dtype = torch.float16  # an autocast rule under another name: the dispatch applies it
+    assert api._plain_eager(torch.zeros(1)) is False
+    del op._autocast_cuda_dtype
+    op._autocast_dtype = {"cuda": torch.float16}
+    assert api._plain_eager(torch.zeros(1)) is False
+    op._autocast_dtype = {}
+    assert api._plain_eager(torch.zeros(1)) is True

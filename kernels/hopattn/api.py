@@ -246,9 +246,17 @@ def _plain_eager(q: torch.Tensor) -> bool:
                 and C._len_torch_function_stack() == 0 and C._len_torch_dispatch_stack() == 0
                 and C._functorch.peek_interpreter_stack() is None and C._get_tracing_state() is None
                 and not C._autograd._profiler_enabled() and len(op._backend_fns) == 1 and not op._torch_dispatch_fns
-                and not op._disabled_kernel and op._vmap_fn is None and not op._autocast_dtype)
+                and not op._disabled_kernel and op._vmap_fn is None and not _autocast_registered(op))
     except AttributeError:
         return False
+
+
+def _autocast_registered(op) -> bool:
+    """Whether an autocast rule was registered on the op (torch.library.register_autocast). Torch
+    keeps it under a name that changed between versions (2.13: ``_autocast_dtype``, a dict per device
+    type; 2.11 has no such attribute, and the H200 machine's torch 2.11 made the direct path
+    unreachable until this read every ``_autocast*`` attribute instead). None of them: no rule."""
+    return any(value for name, value in vars(op).items() if name.startswith("_autocast"))
 
 
 @_attention_op.register_fake
