@@ -635,7 +635,10 @@ def document_verdicts(path: Path, rec: Records, own: str | None, sections: tuple
 # --- the model record ---------------------------------------------------------------------------
 
 MODEL_WORDS = (("Llama-3.1-8B prefill at 32k", "llama-3.1-8b-prefill-32k"),
-               ("Llama-3.1-8B prefill at 8k", "llama-3.1-8b-prefill-8k"))
+               ("Llama-3.1-8B prefill at 8k", "llama-3.1-8b-prefill-8k"),
+               ("- LTX-2:", "ltx-2-512x768x121"),  # its step by the rule below; its replayed calls here
+               ("SD3 Medium at 1024 px", "sd3-medium-1024px"),
+               ("Gemma-3-12B prefill at 8k", "gemma-3-12b-prefill-8k"))
 
 
 def model_verdicts(path: Path, lines: range | None = None) -> list[Verdict]:
@@ -677,6 +680,10 @@ def model_verdicts(path: Path, lines: range | None = None) -> list[Verdict]:
             step = re.search(rf"{NUM}× (?:a step|by the medians)", block)
             if step:
                 out.append(_model_check(rel, n, step.group(1), case(key)["speedup_step"], f"{key} step", text))
+            fa3 = re.search(rf"FA3 through the same path: {NUM}×", block)
+            if fa3:
+                out.append(_model_check(rel, n, fa3.group(1), case(key, "fa3")["speedup_step"], f"{key} FA3 step",
+                                        text))
             attn = re.search(rf"replayed,?\s+(?:run at\s+)?{NUM}×", block)
             if attn:
                 out.append(_model_check(rel, n, attn.group(1), case(key)["speedup_attention"], f"{key} attention",
