@@ -1,5 +1,5 @@
-"""python -m bench.rowwise_cross_entropy: the cross-entropy stages (Part II; a draft until it joins, see
-research/cross_entropy/README.md) against the copy ceiling, eager torch, torch.compile, Liger and
+"""python -m bench.rowwise_cross_entropy: the cross-entropy stages (Part II, kernels/cross_entropy) against
+the copy ceiling, eager torch, torch.compile, Liger and
 QuACK, in one process, at rows of 4k to 256k bf16 classes (32k and 128k: the sizes of the numbers to
 beat), each size 128 MB of logits.
 
@@ -19,8 +19,8 @@ many bytes, half read and half written):
 
 The method is bench.rowwise's: every arm checked against float64 on sampled rows first, then rounds
 in alternating arm order, each arm warmed, then timed launches each after an L2 flush that reads.
-GB/s = bytes / median time. Records: research/cross_entropy/results/<direction>/<gpu>.json (--out),
-written after every size.
+GB/s = bytes / median time. Records: bench/results/cross_entropy_<direction>/<gpu>.json (under --out),
+written after every size; the site's pages show the fused one.
 
     python -m bench.rowwise_cross_entropy                                   # every direction and size
     python -m bench.rowwise_cross_entropy --direction fused --sizes 32k,128k --peers quack
@@ -46,7 +46,7 @@ SIZES = {"32k": (2048, 32768), "128k": (512, 131072), "4k": (16384, 4096), "16k"
 PEERS = ("eager", "compile", "liger", "quack")
 DIRECTIONS = ("fused", "forward", "backward")  # the fused forward first: what a training step runs
 CHECK_ROWS = rowwise.CHECK_ROWS
-RESULTS = Path(__file__).resolve().parent.parent / "research" / "cross_entropy" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"  # bench/results: cross_entropy_<direction>/<gpu>.json
 
 
 def parse_args(argv):
@@ -58,7 +58,7 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--launches", type=int, default=10, help="timed launches per arm and round (at most)")
     p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh, printed)")
-    p.add_argument("--out", type=Path, default=RESULTS, help="where the records go (a folder per direction)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where the records go (cross_entropy_<direction>/<gpu>.json under it)")
     return p.parse_args(argv)
 
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     hashes = {s.number: s.source_hash() for s in table}
     for direction in directions:
         op = f"cross_entropy_{direction}"
-        out = Path(args.out) / direction / f"{slug}.json"
+        out = Path(args.out) / op / f"{slug}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         gen = torch.Generator(device="cuda").manual_seed(seed)
         before = env.read_clocks()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopattn import lineage, rowwise, rowwise_backward, softmax_lineage
+from hopattn import cross_entropy_lineage, lineage, rowwise, rowwise_backward, softmax_lineage
 from hopattn.records import compiler_facts, results, traces
 from hopattn.records import rowwise as rowwise_results
 
@@ -39,7 +39,8 @@ class Inputs:
     rmsnorm_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
     rmsnorm_results: list[rowwise_results.RowResults] = field(default_factory=list)  # bench/results/rmsnorm
     backward_traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # as traces, the backward's
-    # Part II's other lineages, by folder (rmsnorm_backward, softmax, softmax_backward), and their facts by stage name
+    # Part II's other lineages, by folder (rmsnorm_backward, softmax, softmax_backward, cross_entropy), and their
+    # facts by stage name
     part_ii: dict[str, list[rowwise.RowStage]] = field(default_factory=dict)
     part_ii_facts: dict[str, dict[str, tuple[dict | None, str | None]]] = field(default_factory=dict)
     part_ii_results: dict[str, list[rowwise_results.RowResults]] = field(default_factory=dict)  # bench/results/<folder>
@@ -93,7 +94,10 @@ def _traces(folder: Path, backward: bool = False) -> dict[str, dict[tuple[str, b
 
 # Part II's other lineages: kernels/<folder> and the module that discovers its stages
 PART_II = (("rmsnorm_backward", rowwise_backward.discover), ("softmax", softmax_lineage.discover),
-           ("softmax_backward", softmax_lineage.discover))
+           ("softmax_backward", softmax_lineage.discover), ("cross_entropy", cross_entropy_lineage.discover))
+# where a lineage's benchmark record lies, bench/results/<this>/, where it is not its folder's name: the
+# cross-entropy's pages show its fused forward (loss, lse and dlogits in one launch)
+RESULTS = {"cross_entropy": "cross_entropy_fused"}
 
 
 def load(root: Path) -> Inputs:
@@ -117,4 +121,5 @@ def load(root: Path) -> Inputs:
                   rmsnorm_results=rowwise_results.load_all(root / "bench" / "results" / "rmsnorm") if rmsnorm else [],
                   part_ii=part_ii,
                   part_ii_facts={name: {s.name: _facts(s) for s in found} for name, found in part_ii.items()},
-                  part_ii_results={name: rowwise_results.load_all(root / "bench" / "results" / name) for name in part_ii})
+                  part_ii_results={name: rowwise_results.load_all(root / "bench" / "results" / RESULTS.get(name, name))
+                                   for name in part_ii})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ACT_V = "Act V — the backward pass"
 PART_II = "Part II — memory-bound kernels"
-PART_II_MORE = ("rmsnorm_backward", "softmax", "softmax_backward")  # after the RMSNorm forward's pages
+PART_II_MORE = ("rmsnorm_backward", "softmax", "softmax_backward", "cross_entropy")  # after the RMSNorm forward's pages
 PREFERRED = ["introduction.md", "background.md", "method.md", "reading-guide.md", "reading_guide.md"]
 
 

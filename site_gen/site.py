@@ -218,14 +218,14 @@ def _render_rmsnorm(inp: inputs.Inputs, site: Site, cache: DiskCache) -> dict:
 
 
 def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
-    """Part II's other lineages (the RMSNorm backward, the softmax, the softmax backward): a page per
+    """Part II's other lineages (the RMSNorm backward, the softmax, the softmax backward, the cross-entropy): a page per
     stage (<folder>/NN-slug.md), of the RMSNorm forward's form with its three figures (pages/part_ii.py), its
     numbers from bench/results/<folder> with the lineage's climb."""
     root = inp.root
     for folder, stages in inp.part_ii.items():
         lin, results = part_ii.BY_FOLDER[folder], inp.part_ii_results.get(folder, [])
         climb_md = ""
-        with naming(f"the {lin.label} climb", root / "bench" / "results" / folder, root):
+        with naming(f"the {lin.label} climb", root / "bench" / "results" / lin.results_folder, root):
             chart = part_ii.climb(lin, stages, results)
             if chart is not None:
                 site.add_asset(part_ii.chart_path(lin), chart.standalone)
@@ -239,7 +239,9 @@ def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
             nxt = stages[i + 1] if i + 1 < len(stages) else None
             label = f"{part_ii.lineage_of(s).label} stage {s.name}"
             with naming(f"the diagrams of {label}", s.spec_path, root):
-                drawn[s.number] = (s, _rowwise_diagrams(s, stages, specs, cache))
+                # a stage.toml without [[config]] (the cross-entropy's) has nothing for the figures to deal out
+                mine = _rowwise_diagrams(s, stages, specs, cache) if hasattr(s.spec, "config") else []
+                drawn[s.number] = (s, mine)
                 parts = part_ii.diagram_parts(s, drawn[s.number][1], drawn, site)
             with naming(f"the diff of {label}", s.kernel_path, root):
                 diff_md = site.add_fragment(f"diff-{folder}-{s.name}", diff.diff_section(s, prev, cache),
@@ -249,7 +251,7 @@ def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
                 compiler_md = compiler.compiler_section(s, prev, inp.facts_of, name=part_ii.stage_name,
                                                         memory_bound=True)
                 compiler_md += "\n" + part_ii.instances_md(s, facts)
-            with naming(f"the benchmark section of {label}", root / "bench" / "results" / folder, root):
+            with naming(f"the benchmark section of {label}", root / "bench" / "results" / lin.results_folder, root):
                 current = s.source_hash()
                 benchmark_md = part_ii.benchmark_md(s, prev, current, results, climb_md)
                 headline_md = site.add_fragment(f"headline-{folder}-{s.name}", part_ii.headline_md(s, current, results))
@@ -267,7 +269,8 @@ def _rowwise_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Diag
                       else [stage.name, specs], make,
                       code=[Path(diagram.__file__).parent, Path(lineage.__file__), Path(rowwise_spec.__file__),
                             Path(rowwise_spec.__file__).parent / "rowwise_backward.py",
-                            Path(rowwise_spec.__file__).parent / "softmax_lineage.py"],
+                            Path(rowwise_spec.__file__).parent / "softmax_lineage.py",
+                            Path(rowwise_spec.__file__).parent / "cross_entropy_lineage.py"],
                       libraries=["svgwrite"])
     return [Diagram(**d) for d in drawn]
 

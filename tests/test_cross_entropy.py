@@ -1,4 +1,4 @@
-"""The cross-entropy draft (research/cross_entropy) without a GPU: discovery and the typed stage.toml,
+"""The cross-entropy lineage (kernels/cross_entropy) without a GPU: discovery and the typed stage.toml,
 [constants] against kernel.cu, the ABI every stage exports, the notes' sections; the ops' contract
 (every bad input raises before a launch, naming the argument, through cross_entropy_ops and
 torch.ops.hopattn.* alike, on fake CUDA tensors); the fake implementations' shapes; the autograd
@@ -17,19 +17,19 @@ import cross_entropy_cases
 import pytest
 from hopattn import build, cross_entropy_lineage, cuda_tools, lineage, rowwise_build
 
-DRAFT = cross_entropy_lineage.DRAFT_DIR
-STAGES = cross_entropy_lineage.discover(DRAFT)
+STAGES = cross_entropy_lineage.discover()
+SCRIPT = lineage.RMSNORM_DIR.parent.parent / "research" / "cross_entropy" / "gpu_run.sh"
 needs_nvcc = pytest.mark.skipif(cuda_tools.find("nvcc") is None,
                                 reason="nvcc not found (install the CUDA toolkit or pip's nvidia-cuda-nvcc)")
 
 
-def test_the_draft_is_discovered_in_order():
+def test_the_lineage_is_discovered_in_order():
     assert [s.number for s in STAGES] == list(range(1, len(STAGES) + 1)) and len(STAGES) >= 3
     assert all(s.lineage == "cross_entropy" for s in STAGES)
     names = {build.library_path(s).name for s in STAGES}
     assert len(names) == len(STAGES) and all(n.startswith("cross_entropy-stage") for n in names)
-    if not (cross_entropy_lineage.CROSS_ENTROPY_DIR).is_dir():
-        assert cross_entropy_lineage.default_root() == DRAFT
+    assert all(s.dir.parent == cross_entropy_lineage.CROSS_ENTROPY_DIR for s in STAGES)
+    assert not (cross_entropy_lineage.CROSS_ENTROPY_DIR / ".draft-copy").exists()
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
@@ -41,7 +41,7 @@ def test_spec_constants_abi_and_notes(stage):
         assert f"HOPATTN_EXPORT int {name}(" in source
     assert source.count("cross_entropy_check_params(p, err, errlen)") == 2
     notes = stage.notes_path.read_text()
-    assert "## Prediction" in notes and "## Measured\n\nNot measured yet." in notes
+    assert notes.index("## Prediction") < notes.index("## Measured") and "Not measured yet." not in notes
     assert "ptxas -v" in notes and "GB/s" in notes
 
 
@@ -80,10 +80,10 @@ def test_cases_span_the_contract():
 
 
 def test_gpu_run_script_parses():
-    script = DRAFT / "gpu_run.sh"
-    subprocess.run(["bash", "-n", str(script)], check=True)
-    text = script.read_text()
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    text = SCRIPT.read_text()
     assert "kernels/cross_entropy" in text and "HOPATTN_GPU_LOG" in text and "tar" in text
+    assert ".draft-copy" not in text and "cp -r" not in text  # the lineage has landed: nothing is copied
 
 
 torch = pytest.importorskip("torch", reason="the ops need torch")

@@ -1,5 +1,5 @@
-"""The cross-entropy lineage on the GPU (a draft: research/cross_entropy, or kernels/cross_entropy once
-research/cross_entropy/gpu_run.sh has copied it there), every case through the watchdog (a worker
+"""The cross-entropy lineage on the GPU (kernels/cross_entropy; research/cross_entropy/gpu_run.sh runs
+this file), every case through the watchdog (a worker
 process, a time limit per case, the case named in the log before its launch): against float64 with
 every output poisoned (cross_entropy_cases.py), at every configuration's edge lengths from 1 to 524289
 classes, views (strided, unaligned, 3-D), magnitudes and outlier logits, ignored rows, label smoothing,
@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="GPU tests need torch")
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU on this machine (torch.cuda.is_available() is false): the cross-entropy draft runs "
-                "on an H200, see research/cross_entropy/README.md", allow_module_level=True)
+    pytest.skip("no CUDA GPU on this machine (torch.cuda.is_available() is false): the cross-entropy lineage "
+                "runs on an H200, see research/cross_entropy/README.md", allow_module_level=True)
 
 import cross_entropy_cases  # noqa: E402
 from conftest import GPU_SEED, gpu_log_path  # noqa: E402

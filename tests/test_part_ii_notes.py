@@ -1,5 +1,5 @@
 """Part II's notes against the runs they cite: every stage of the RMSNorm forward and backward and the
-softmax forward and backward has a "## Measured" section after its prediction that names the command and
+softmax forward and backward and the cross-entropy has a "## Measured" section after its prediction that names the command and
 the committed log it quotes, and every row of its table has the GB/s and the × copy that log printed for
 that stage and length (the notes quote the log; a re-run that changes the numbers makes this fail until
 the notes are rewritten from it)."""
@@ -10,24 +10,30 @@ import re
 from pathlib import Path
 
 import pytest
-from hopattn import lineage, rowwise, rowwise_backward, softmax_lineage
+from hopattn import cross_entropy_lineage, lineage, rowwise, rowwise_backward, softmax_lineage
 
 ROOT = lineage.RMSNORM_DIR.parent.parent
 LINEAGES = {"rmsnorm": (rowwise.discover, "python -m bench.rowwise", None),
             "rmsnorm_backward": (rowwise_backward.discover, "python -m bench.rowwise_backward", None),
             "softmax": (softmax_lineage.discover, "python -m bench.rowwise_softmax", "forward"),
-            "softmax_backward": (softmax_lineage.discover_backward, "python -m bench.rowwise_softmax", "backward")}
+            "softmax_backward": (softmax_lineage.discover_backward, "python -m bench.rowwise_softmax", "backward"),
+            # every direction of one run, each row naming its own (fused, forward, backward)
+            "cross_entropy": (cross_entropy_lineage.discover, "python -m bench.rowwise_cross_entropy", "all")}
+RECORDS = {"cross_entropy": ("cross_entropy_fused", "cross_entropy_forward", "cross_entropy_backward")}
 STAGES = [(folder, s) for folder, (discover, _c, _d) in LINEAGES.items() for s in discover()]
-LINE = re.compile(r"\]\s+(?:(forward|backward) )?(\d+k) (stage \d\d|copy)\s+(\d+) GB/s\s+\S+ ms\s+spread \S+ %\s+"
+LINE = re.compile(r"\]\s+(?:(forward|backward|fused) )?(\d+k) (stage \d\d|copy)\s+(\d+) GB/s\s+\S+ ms\s+spread \S+ %\s+"
                   r"vs copy (\S+)")
 ROW = re.compile(r"^\| (\d+k) \| (\d+) \| ([\d.]+) \| (\d+) \|", re.M)
+DIRECTED_ROW = re.compile(r"^\| (fused|forward|backward) \| (\d+k) \| (\d+) \| ([\d.]+) \| (\d+) \|", re.M)
 
 
 def logged(path: Path, direction: str | None) -> dict:
     out = {}
     for line in path.read_text().splitlines():
         m = LINE.search(line)
-        if m and (direction is None or m.group(1) == direction):
+        if m and direction == "all":
+            out[(f"{m.group(1)} {m.group(2)}", m.group(3))] = (m.group(4), m.group(5))
+        elif m and (direction is None or m.group(1) == direction):
             out[(m.group(2), m.group(3))] = (m.group(4), m.group(5))
     return out
 
@@ -41,9 +47,13 @@ def test_the_measured_section_quotes_its_log(folder, stage):
     assert f"`{command}`" in measured
     logs = re.findall(r"`(bench/logs/[^`]+\.log)`", measured)
     assert len(logs) == 1 and (ROOT / logs[0]).is_file(), logs
-    assert f"`bench/results/{folder}/nvidia-h200.json`" in measured
+    for results in RECORDS.get(folder, (folder,)):
+        assert f"`bench/results/{results}/nvidia-h200.json`" in measured
     found = logged(ROOT / logs[0], direction)
-    rows = ROW.findall(measured)
+    if direction == "all":
+        rows = [(f"{d} {size}", *rest) for d, size, *rest in DIRECTED_ROW.findall(measured)]
+    else:
+        rows = ROW.findall(measured)
     assert rows and [size for size, *_ in rows] == [size for size, arm in found if arm == f"stage {stage.id}"]
     for size, gbps, copy_ratio, copy_gbps in rows:
         assert (gbps, copy_ratio) == found[(size, f"stage {stage.id}")], (size, gbps, copy_ratio)

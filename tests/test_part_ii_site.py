@@ -79,6 +79,9 @@ def test_a_page_per_stage_with_its_anchors_and_sections(rendered, folder):
         # the three figures, drawn from [[config]] (or linked where unchanged since an earlier stage)
         diagrams = _section(page, "diagrams")
         assert "No figures" not in page and "[[config]]" in diagrams and "<svg" not in page
+        if not hasattr(s.spec, "config"):  # the cross-entropy: no [[config]] yet, and the page says so
+            assert "This stage has no diagrams yet" in diagrams and "{#holders}" not in diagrams
+            continue
         for anchor in ("holders", "reduction", "traffic"):
             part = diagrams[diagrams.index(f"{{#{anchor}}}"):]
             assert 'data-slot="fig-' in part.split("\n###")[0] or "Unchanged since [" in part.split("\n###")[0]
@@ -115,12 +118,13 @@ def test_the_figures_on_the_pages(rendered):
 @pytest.mark.parametrize("folder", list(STAGES))
 def test_not_measured_yet_is_said_plainly(rendered, folder):
     root, out = rendered
-    assert not (root / "bench" / "results" / folder).exists()
+    results = part_ii.BY_FOLDER[folder].results_folder
+    assert not (root / "bench" / "results" / results).exists()
     for s in STAGES[folder]:
         page = out.pages[f"{folder}/{s.name}.md"]
         bench = _section(page, "benchmark")
         assert "**Not measured yet.**" in bench and part_ii.BY_FOLDER[folder].command in bench
-        assert f"`bench/results/{folder}/<gpu>.json`" in bench
+        assert f"`bench/results/{results}/<gpu>.json`" in bench
         assert "Not measured yet" in out.fragments[f"headline-{folder}-{s.name}"]
 
 
@@ -165,16 +169,17 @@ def test_without_the_rmsnorm_forward_no_link_to_its_overview(tmp_path):
 
 
 def add_records(root, drop: tuple[str, str] | None = None):
-    """The committed bench/results/<folder>/nvidia-h200.json of the three lineages copied into a fixture
-    tree; ``drop``: (folder, arm) whose entries are left out."""
+    """The committed bench/results/<results>/nvidia-h200.json of the lineages (the cross-entropy's fused
+    record) copied into a fixture tree; ``drop``: (folder, arm) whose entries are left out."""
     import json
 
     for folder in STAGES:
-        src = lineage.RMSNORM_DIR.parent.parent / "bench" / "results" / folder / "nvidia-h200.json"
+        results = part_ii.BY_FOLDER[folder].results_folder
+        src = lineage.RMSNORM_DIR.parent.parent / "bench" / "results" / results / "nvidia-h200.json"
         data = json.loads(src.read_text())
         if drop and drop[0] == folder:
             data["entries"] = [e for e in data["entries"] if e["arm"] != drop[1]]
-        dest = root / "bench" / "results" / folder / "nvidia-h200.json"
+        dest = root / "bench" / "results" / results / "nvidia-h200.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return root
@@ -191,12 +196,14 @@ def test_a_measured_record_on_every_page(measured, folder):
     from hopattn.records import rowwise as records
 
     root, out = measured
-    res = records.load(root / "bench" / "results" / folder / "nvidia-h200.json")
+    lin = part_ii.BY_FOLDER[folder]
+    res = records.load(root / "bench" / "results" / lin.results_folder / "nvidia-h200.json")
     for s in STAGES[folder]:
         page = out.pages[f"{folder}/{s.name}.md"]
         bench = _section(page, "benchmark")
         assert "Not measured yet" not in bench
-        assert f"Measured on NVIDIA H200 (run {res.run['date']}, `bench/results/{folder}/nvidia-h200.json`)" in bench
+        assert (f"Measured on NVIDIA H200 (run {res.run['date']}, `bench/results/{lin.results_folder}/nvidia-h200.json`)"
+                in bench)
         for size in res.sizes():
             e = res.entry(f"stage {s.id}", size)
             assert f"| {size} | **{e['gbps']:.0f}**" in bench, (s.name, size)
@@ -204,11 +211,11 @@ def test_a_measured_record_on_every_page(measured, folder):
         assert ("hd-stale" in bench) == any(records.is_stale(e, s.source_hash()) for e in res.entries
                                             if e["arm"] == f"stage {s.id}")
         cards = out.fragments[f"headline-{folder}-{s.name}"]
-        assert "Not measured yet" not in cards and cards.count('<div class="hd-card">') == 4  # 4k, 16k, 64k, 256k
+        assert "Not measured yet" not in cards and cards.count('<div class="hd-card">') == 4  # lin.lengths
         assert f"climb-{folder}" in bench  # the lineage's climb, under the table
     chart = out.assets[f"assets/generated/progression-{folder}.svg"]
     assert f"The {part_ii.BY_FOLDER[folder].label} climb" in chart and "NVIDIA H200" in chart
-    for size in ("4k", "16k", "64k", "256k"):
+    for size in lin.lengths:  # 4k, 16k, 64k, 256k (the cross-entropy's: 4k, 32k, 128k, 256k)
         assert f"{size}: copy {res.entry('copy', size)['gbps']:,.0f}" in chart
     assert "QuACK" in chart and "Liger" in chart
 
@@ -265,7 +272,7 @@ def test_the_climb_reads_without_clipping_or_overlap(folder):
     from site_gen.diagrams.svg import text_problems
 
     lin = part_ii.BY_FOLDER[folder]
-    results = records.load_all(lineage.RMSNORM_DIR.parent.parent / "bench" / "results" / folder)
+    results = records.load_all(lineage.RMSNORM_DIR.parent.parent / "bench" / "results" / lin.results_folder)
     d = part_ii.climb(lin, STAGES[folder], results)
     assert d is not None and d.id == f"climb-{folder}"
     assert text_problems(d.svg, d.width, d.height) == []
@@ -279,16 +286,19 @@ def test_the_overview_sets_every_lineage_against_the_targets(measured):
     _root, out = measured
     index = out.pages["rmsnorm/index.md"]
     part = index[index.index("## Against the targets {#targets}"):index.index("## The stages")]
-    assert "| Lineage | 4k | 8k | 16k | 64k | 256k |" in part
+    assert "| Lineage | 4k | 8k | 16k | 32k | 64k | 128k | 256k |" in part  # 32k, 128k: the cross-entropy's
     backward = next(line for line in part.splitlines() if line.startswith("| RMSNorm backward |"))
     cells = backward.split(" | ")[1:]
     assert cells[0].startswith("0.884× copy<br>1.059× QuACK<br><small>[stage 04](../rmsnorm_backward/04-cluster")
     assert cells[2].startswith("**0.931× copy**<br>**1.458× QuACK**") and "both targets" in cells[2]  # 16k, stage 05
-    assert cells[4].startswith("0.732× copy<br>1.785× QuACK") and "stage 06" in cells[4]
+    assert cells[6].startswith("0.732× copy<br>1.785× QuACK") and "stage 06" in cells[6]
     softmax = next(line for line in part.splitlines() if line.startswith("| Softmax |"))
     assert softmax.split(" | ")[2] == "not in the run"  # the softmax bench has no 8k
     assert "**" not in softmax  # no length meets both
     assert "**1.033× copy**<br>**1.006× QuACK**" in part  # the softmax backward at 4k
+    ce = next(line for line in part.splitlines() if line.startswith("| Cross-entropy |")).split(" | ")
+    assert ce[2] == "not in the run" and "**" not in " | ".join(ce)  # no 8k; no target met, QuACK not run
+    assert ce[4].startswith("0.591× copy<br>– QuACK") and "stage 02" in ce[4]  # 32k
 
 
 def test_no_targets_without_records(rendered):

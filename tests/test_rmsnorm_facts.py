@@ -1,12 +1,12 @@
-"""Part II's compiler facts (kernels/compiler_facts/<lineage>/ for rmsnorm, rmsnorm_backward, softmax and
-softmax_backward): committed for every stage, current against its sources, canonical, every template
+"""Part II's compiler facts (kernels/compiler_facts/<lineage>/ for rmsnorm, rmsnorm_backward, softmax,
+softmax_backward and cross_entropy): committed for every stage, current against its sources, canonical, every template
 instance recorded with the main one first (the bf16 instance of the spec's kernel that holds the
 longest rows), no spills; and the producer's ordering and its command line, without a compiler."""
 
 import json
 
 import pytest
-from hopattn import lineage, rowwise, rowwise_backward, softmax_lineage
+from hopattn import cross_entropy_lineage, lineage, rowwise, rowwise_backward, softmax_lineage
 from hopattn.compiler import facts as producer
 from hopattn.compiler import sass
 from hopattn.records import compiler_facts as record
@@ -15,7 +15,8 @@ STAGES = rowwise.discover()
 COMMAND = "python -m hopattn.compiler --lineage rmsnorm"
 # every Part II lineage, each discovered by the module that owns its spec
 PART_II = {"rmsnorm": STAGES, "rmsnorm_backward": rowwise_backward.discover(),
-           "softmax": softmax_lineage.discover(), "softmax_backward": softmax_lineage.discover_backward()}
+           "softmax": softmax_lineage.discover(), "softmax_backward": softmax_lineage.discover_backward(),
+           "cross_entropy": cross_entropy_lineage.discover()}
 ALL_STAGES = [s for stages in PART_II.values() for s in stages]
 ALL_IDS = [f"{s.lineage}-{s.name}" for s in ALL_STAGES]
 

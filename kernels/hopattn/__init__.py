@@ -11,7 +11,8 @@ The custom ops ``torch.ops.hopattn.attention`` and ``attention_out`` are registe
 
 import sys
 
-__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage", "rms_norm", "softmax"]
+__all__ = ["attention", "attention_backward", "stage_info", "stages", "final_stage", "rms_norm", "softmax",
+           "cross_entropy"]
 
 if "torch" in sys.modules:  # the caller uses torch: register the ops now, so torch.ops.hopattn.* exist
     from . import api  # noqa: F401
@@ -27,6 +28,10 @@ def __getattr__(name):
         from . import softmax_ops
 
         return softmax_ops.softmax
+    if name == "cross_entropy":  # Part II (hopattn.cross_entropy_ops registers torch.ops.hopattn.cross_entropy)
+        from . import cross_entropy_ops
+
+        return cross_entropy_ops.cross_entropy
     if name in __all__:
         from . import api
 

@@ -1,7 +1,7 @@
 """The cross-entropy lineage (Part II): stages NN_slug/ (``kernel.cu``, a complete checkpoint that may
 include an earlier stage's kernels with CE_KERNELS_ONLY defined; ``stage.toml``; ``notes.md``) under
-kernels/cross_entropy/ once landed, drafted under research/cross_entropy/; their ABI is
-common/abi_cross_entropy.h beside them.
+kernels/cross_entropy/ (drafted under research/cross_entropy/, landed after its GPU run of
+2026-12-02T1938); their ABI is kernels/cross_entropy/common/abi_cross_entropy.h.
 
 A cross-entropy stage.toml has the softmax lineage's tables, typed by hopattn.rowwise's declarations:
 [launch], [row] (who holds a row, the levels its reduction passes through, where it waits between
@@ -11,8 +11,8 @@ unknown key or a value of another type is a SpecError naming the file and the fi
 ``rowwise.RowStage`` objects (their lineage: the folder's name, "cross_entropy"), compiled by
 hopattn.build into ``build/kernels/cross_entropy-stageNN-...``. Standard library only.
 
-    discover()                        # kernels/cross_entropy when it exists, else the draft
-    discover(DRAFT_DIR)               # the draft, wherever the landed lineage is
+    discover()                        # kernels/cross_entropy
+    discover(folder)                  # a copy of it elsewhere (the site's fixtures)
 """
 
 from __future__ import annotations
@@ -24,15 +24,7 @@ from pathlib import Path
 from . import rowwise
 from .lineage import _FOLDER_RE, ARCHES, COMMON_DIR_NAME, RMSNORM_DIR, TEXT, SpecError, _choice, _load, _table, key
 
-CROSS_ENTROPY_DIR = RMSNORM_DIR.parent / "cross_entropy"  # where the lineage lands (kernels/cross_entropy)
-DRAFT_DIR = RMSNORM_DIR.parent.parent / "research" / "cross_entropy"  # where it is drafted
-
-
-def default_root() -> Path:
-    """kernels/cross_entropy once it holds stages, else research/cross_entropy (the draft)."""
-    if CROSS_ENTROPY_DIR.is_dir() and any(_FOLDER_RE.match(p.name) for p in CROSS_ENTROPY_DIR.iterdir()):
-        return CROSS_ENTROPY_DIR
-    return DRAFT_DIR
+CROSS_ENTROPY_DIR = RMSNORM_DIR.parent / "cross_entropy"  # kernels/cross_entropy
 
 
 @dataclass(frozen=True)
@@ -77,8 +69,8 @@ def load_stage(folder: Path) -> rowwise.RowStage:
 
 
 def discover(root: Path | None = None) -> list[rowwise.RowStage]:
-    """All stages under ``root`` (default: default_root()) in order, numbered 01, 02, ..."""
-    root = Path(root) if root is not None else default_root()
+    """All stages under ``root`` (default: kernels/cross_entropy) in order, numbered 01, 02, ..."""
+    root = Path(root) if root is not None else CROSS_ENTROPY_DIR
     if not root.is_dir():
         raise SpecError(f"{root}: no such folder (the cross-entropy stages are NN_slug/ folders there)")
     stages = [load_stage(p) for p in sorted(root.iterdir())

@@ -1,4 +1,5 @@
-"""Builds Part II's rowwise lineages: every RMSNorm and softmax stage, forward and backward, into its
+"""Builds Part II's rowwise lineages: every RMSNorm and softmax stage, forward and backward, and every
+cross-entropy stage, each into its
 own shared library (through hopattn.build, cached by its sources, in parallel) and the binding
 rowwise_native.cpp.
 
@@ -6,6 +7,7 @@ rowwise_native.cpp.
     python -m hopattn.rowwise_build 4-5                           # some RMSNorm forward stages (and the binding)
     python -m hopattn.rowwise_build --lineage rmsnorm_backward 3-4   # some stages of one lineage
     python -m hopattn.rowwise_build --lineage softmax,softmax_backward
+    python -m hopattn.rowwise_build --lineage cross_entropy   # its binding: hopattn.cross_entropy_ops.build_native
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import build, rowwise, rowwise_backward, softmax_lineage
+from . import build, cross_entropy_lineage, rowwise, rowwise_backward, softmax_lineage
 
 NATIVE_SOURCE = build.PACKAGE_DIR / "rowwise_native.cpp"
 ABI_HEADER = rowwise.RMSNORM_DIR / "common" / "abi_rmsnorm.h"
 BACKWARD_ABI_HEADER = rowwise_backward.RMSNORM_BACKWARD_DIR / "common" / "abi_rmsnorm_backward.h"
 SOFTMAX_ABI_HEADER = softmax_lineage.SOFTMAX_DIR / "common" / "abi_softmax.h"
 LINEAGES = {"rmsnorm": rowwise.discover, "rmsnorm_backward": rowwise_backward.discover,
-            "softmax": softmax_lineage.discover, "softmax_backward": softmax_lineage.discover_backward}
+            "softmax": softmax_lineage.discover, "softmax_backward": softmax_lineage.discover_backward,
+            "cross_entropy": cross_entropy_lineage.discover}
 
 
 def native_path() -> Path:

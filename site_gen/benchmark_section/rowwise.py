@@ -28,7 +28,8 @@ GBPS = ("GB/s = (bytes of x read + bytes of out written) / median time, bf16 in 
         "ratios are medians of per-round ratios within the run (> 1 is faster)")
 W = 860
 STYLE = {"4k": ("muted", 1.4, "circle"), "8k": ("o", 1.4, "square"), "16k": ("tensor", 2.0, "circle"),
-         "64k": ("v", 2.0, "square"), "256k": ("s", 2.4, "circle")}
+         "64k": ("v", 2.0, "square"), "256k": ("s", 2.4, "circle"),
+         "32k": ("q", 2.0, "square"), "128k": ("p", 2.0, "circle")}  # the cross-entropy's lengths
 
 
 def _ok(e) -> bool:
@@ -118,16 +119,17 @@ def stage_section(stage, prev, current_hash: str, all_results: list, *, folder: 
     return "\n".join(parts)
 
 
-def headline(stage, current_hash: str, all_results: list) -> str:
-    """Cards: GB/s and × copy at each length, or one card saying it is not measured yet."""
+def headline(stage, current_hash: str, all_results: list, lengths: tuple = LENGTHS) -> str:
+    """Cards: GB/s and × copy at each length (``lengths``: the lineage's), or one card saying it is not
+    measured yet."""
     res = all_results[0] if all_results else None
-    found = {size: res.entry(_arm(stage), size) for size in LENGTHS} if res else {}
+    found = {size: res.entry(_arm(stage), size) for size in lengths} if res else {}
     if not any(found.values()):
         return ('<div class="hd-cards"><div class="hd-card hd-card-off"><div class="hd-card-head">'
                 f'GB/s, 4k to 256k</div><div class="hd-card-note">{NOT_MEASURED}</div></div>'
                 '<div class="hd-card-where"><a href="#benchmark">why, and how to measure it</a></div></div>')
     cards = []
-    for size in LENGTHS:
+    for size in lengths:
         e = found[size]
         if not _ok(e):
             why = NOT_MEASURED if e is None else (e.get("reason") or e["status"])
@@ -175,11 +177,11 @@ def stage_label(stage) -> str:
     return f"{stage.id} {stage.title.split(':')[0]}"
 
 
-def climb_data(stages, res, label=stage_label) -> dict:
+def climb_data(stages, res, label=stage_label, lengths: tuple = LENGTHS) -> dict:
     """{"series": {length: [(stage number, GB/s)]}, "copy": {length: GB/s}, "peers": {key: {length: GB/s}},
-    "stages": [(number, label)]} from one run."""
+    "stages": [(number, label)]} from one run, at ``lengths`` (the lineage's)."""
     series, copy, peers = {}, {}, {}
-    for size in LENGTHS:
+    for size in lengths:
         pts = [(s.number, float(e["gbps"])) for s in stages if _ok(e := res.entry(_arm(s), size))]
         if pts:
             series[size] = pts
@@ -297,7 +299,7 @@ def climb_diagram(data: dict, gpu_name: str, date: str, *, chart_id: str = "clim
     lx, ly = 12, y1 + below + 10  # the lengths' key, below the axis labels: the plot stays clear
     c.text(lx, ly + 4, "Row length:", size=12, fill="muted")
     lx += text_width("Row length:", 12) + 10
-    for size in LENGTHS:
+    for size in data["series"]:  # the lengths of the data, in its order
         pts = data["series"].get(size)
         if not pts:
             continue

@@ -1,5 +1,6 @@
 """Part II's other lineages: a page per stage of the RMSNorm backward (/rmsnorm_backward/NN-slug/), the
-softmax (/softmax/NN-slug/) and the softmax backward (/softmax_backward/NN-slug/), of the RMSNorm
+softmax (/softmax/NN-slug/), the softmax backward (/softmax_backward/NN-slug/) and the cross-entropy
+(/cross_entropy/NN-slug/), of the RMSNorm
 forward's form (pages/rowwise.py): the change, the facts line and the notes, then the same four sections
 with the same stable anchors (#diagrams, #diff, #compiler, #benchmark) and links to the neighbours in
 the same lineage.
@@ -8,7 +9,9 @@ Their figures are the RMSNorm forward's three (diagrams/rowwise), in each lineag
 which bytes of a row (of x and dy, of y and dy), the reduction tree (of the dot; of the softmax's
 (max, sum) pair, or its max and then its sum) and the bytes per element with the roofline, dealt out
 from the stage's ``[[config]]`` (hopattn.rowwise_backward, hopattn.softmax_lineage); a figure the same
-as the previous stage's links the stage where it last changed. #benchmark reads the lineage's record, bench/results/<folder>/<gpu>.json (written by
+as the previous stage's links the stage where it last changed (the cross-entropy's stage.toml has no
+``[[config]]`` yet: its pages say they have no figures). #benchmark reads the lineage's record,
+bench/results/<results>/<gpu>.json (its folder's name, or the cross-entropy's fused record; written by
 the command named in LINEAGES), as the RMSNorm forward's does (benchmark_section/rowwise.py): the stage's
 table against the copy of the same run and the peers, its headline cards, and the lineage's climb; where
 there is no record, or no entry of the stage, it says "Not measured yet" and names the command.
@@ -20,7 +23,7 @@ import re
 from dataclasses import dataclass
 from html import escape
 
-from hopattn import rowwise_backward, softmax_lineage
+from hopattn import cross_entropy_lineage, rowwise_backward, softmax_lineage
 
 from ..benchmark_section import rowwise as numbers
 from ..compiler_section.changes import spill_bytes
@@ -42,6 +45,12 @@ class Lineage:
     command: str  # what writes its benchmark record
     what: str  # what its GB/s counts
     gbps: str = ""  # the benchmark table's definition of GB/s
+    results: str = ""  # bench/results/<results>/ ("": the folder's name)
+    lengths: tuple = numbers.LENGTHS  # the row lengths of the cards and the climb
+
+    @property
+    def results_folder(self) -> str:
+        return self.results or self.folder
 
 
 LINEAGES = (
@@ -58,6 +67,14 @@ LINEAGES = (
             "python -m bench.rowwise_softmax --direction backward", "y and dy read, dx written",
             "GB/s = (bytes of y and dy read + bytes of dx written) / median time, bf16; the copy moves as many "
             "bytes; ratios are medians of per-round ratios within the run (> 1 is faster)"),
+    Lineage("cross_entropy", "Cross-entropy", cross_entropy_lineage.discover,
+            "python -m bench.rowwise_cross_entropy --direction fused",
+            "the logits read and dlogits written (targets, loss and lse, 16 B a row, counted too)",
+            "the fused forward (loss, lse and dlogits in one launch, what a training step runs); GB/s = (bytes of "
+            "the logits read + bytes of dlogits written + 16 B a row) / median time, bf16 logits; the copy moves as "
+            "many bytes; ratios are medians of per-round ratios within the run (> 1 is faster); the forward alone "
+            "and the backward alone: bench/results/cross_entropy_forward and cross_entropy_backward, and the "
+            "stages' notes", results="cross_entropy_fused", lengths=("4k", "32k", "128k", "256k")),
 )
 BY_FOLDER = {lin.folder: lin for lin in LINEAGES}
 
@@ -130,6 +147,9 @@ def diagram_parts(stage, mine, drawn: dict, site) -> dict[str, str]:
 def diagrams_md(stage, parts: dict[str, str] | None = None) -> str:
     """#diagrams: the lead sentence, then each figure under its heading (rowwise.PARTS' anchors)."""
     if not parts:
+        if not hasattr(stage.spec, "config"):  # the cross-entropy: its stage.toml has no [[config]] yet
+            return ("This stage has no diagrams yet: its `stage.toml` has no `[[config]]` (the launcher's "
+                    "configurations) for the figures to deal a row out to.\n")
         return "This stage has no diagrams.\n"
     lin = lineage_of(stage)
     rows = "rows of x and dy" if lin.folder == "rmsnorm_backward" else "rows of y and dy" \
@@ -201,7 +221,8 @@ def climb(lin: Lineage, stages, results: list):
     if not results:
         return None
     main = results[0]
-    return numbers.climb_diagram(numbers.climb_data(stages, main, short_label), main.gpu_name, main.run["date"],
+    return numbers.climb_diagram(numbers.climb_data(stages, main, short_label, lin.lengths), main.gpu_name,
+                                 main.run["date"],
                                  chart_id=f"climb-{lin.folder}", label=lin.label,
                                  counts=f"GB/s counts {lin.what}.")
 
@@ -211,21 +232,22 @@ def benchmark_md(stage, prev, current_hash: str, results: list, climb_md: str = 
     lineage's climb (``climb_md``, its placeholder); "Not measured yet" and the command without a record."""
     lin = lineage_of(stage)
     if not results:
-        return (f"**{NOT_MEASURED}.** No record (`bench/results/{stage.lineage}/<gpu>.json`) exists for this "
+        return (f"**{NOT_MEASURED}.** No record (`bench/results/{lin.results_folder}/<gpu>.json`) exists for this "
                 f"lineage: `{lin.command}` on a GPU times every stage against the copy ceiling and its peers in one "
                 f"run (GB/s: {lin.what}). Until then the notes' predictions are predictions.\n")
-    table = numbers.stage_section(stage, prev, current_hash, results, folder=lin.folder, command=lin.command,
+    table = numbers.stage_section(stage, prev, current_hash, results, folder=lin.results_folder, command=lin.command,
                                   gbps=lin.gbps, gpu_command=None, figures=False)
     if not climb_md:
         return table
-    return (table + f"\nThe {lin.label} climb: every stage of the same run at 4k, 16k, 64k and 256k against the copy "
+    at = ", ".join(lin.lengths[:-1]) + " and " + lin.lengths[-1]
+    return (table + f"\nThe {lin.label} climb: every stage of the same run at {at} against the copy "
             "of each length (dashed), the peers to the right.\n\n" + climb_md)
 
 
 def headline_md(stage=None, current_hash: str = "", results: list | None = None) -> str:
     """The cards: GB/s and × the copy at 4k to 256k from the main record, or one card saying it is not measured."""
     if stage is not None and results:
-        return numbers.headline(stage, current_hash, results)
+        return numbers.headline(stage, current_hash, results, lineage_of(stage).lengths)
     return ('<div class="hd-cards"><div class="hd-card hd-card-off"><div class="hd-card-head">'
             f'GB/s, 4k to 256k</div><div class="hd-card-note">{escape(NOT_MEASURED)}</div></div>'
             '<div class="hd-card-where"><a href="#benchmark">why, and how to measure it</a></div></div>')

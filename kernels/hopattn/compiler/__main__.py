@@ -1,10 +1,11 @@
-"""`python -m hopattn.compiler [STAGES] [--lineage forward|backward|rmsnorm|rmsnorm_backward|softmax|softmax_backward|all] [--check] [--force] [--jobs N]`:
+"""`python -m hopattn.compiler [STAGES] [--lineage forward|backward|rmsnorm|rmsnorm_backward|softmax|softmax_backward|cross_entropy|all] [--check] [--force] [--jobs N]`:
 refresh the committed compiler facts (needs nvcc, cuobjdump and nvdisasm; no GPU).
 
 Every lineage by default: the forward (kernels/attention), the backward (kernels/attention_backward,
-Act V) and Part II's RMSNorm, RMSNorm backward, softmax and softmax backward (kernels/rmsnorm,
-kernels/rmsnorm_backward, kernels/softmax, kernels/softmax_backward; their stages typed by
-hopattn.rowwise, hopattn.rowwise_backward and hopattn.softmax_lineage), each into
+Act V) and Part II's RMSNorm, RMSNorm backward, softmax, softmax backward and cross-entropy
+(kernels/rmsnorm, kernels/rmsnorm_backward, kernels/softmax, kernels/softmax_backward,
+kernels/cross_entropy; their stages typed by hopattn.rowwise, hopattn.rowwise_backward,
+hopattn.softmax_lineage and hopattn.cross_entropy_lineage), each into
 kernels/compiler_facts/<lineage>/. Stage numbers select within each lineage chosen (``1`` is the
 forward's 01, the backward's 01 and RMSNorm's 01); a number no chosen lineage has is an error."""
 
@@ -14,17 +15,18 @@ import argparse
 import sys
 import time
 
-from .. import build, cuda_tools, lineage, rowwise, rowwise_backward, softmax_lineage
+from .. import build, cross_entropy_lineage, cuda_tools, lineage, rowwise, rowwise_backward, softmax_lineage
 from ..records import compiler_facts as record
 from . import facts
 
 COMMAND = "python -m hopattn.compiler"
 LINEAGES = {"forward": lineage.ATTENTION_DIR, "backward": lineage.BACKWARD_DIR, "rmsnorm": lineage.RMSNORM_DIR,
             "rmsnorm_backward": rowwise_backward.RMSNORM_BACKWARD_DIR, "softmax": softmax_lineage.SOFTMAX_DIR,
-            "softmax_backward": softmax_lineage.SOFTMAX_BACKWARD_DIR}
+            "softmax_backward": softmax_lineage.SOFTMAX_BACKWARD_DIR, "cross_entropy": cross_entropy_lineage.CROSS_ENTROPY_DIR}
 # Part II's lineages, each typed by the module that owns its spec (every stage a rowwise.RowStage)
 ROWWISE = {"rmsnorm": rowwise.discover, "rmsnorm_backward": rowwise_backward.discover,
-           "softmax": softmax_lineage.discover, "softmax_backward": softmax_lineage.discover}
+           "softmax": softmax_lineage.discover, "softmax_backward": softmax_lineage.discover,
+           "cross_entropy": cross_entropy_lineage.discover}
 
 
 def lineage_dirs(which: str) -> list:
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineage", choices=("all", *LINEAGES), default="all",
                         help="the lineages: all (default), forward (kernels/attention), backward "
                              "(kernels/attention_backward), rmsnorm, rmsnorm_backward, softmax, "
-                             "softmax_backward (Part II: kernels/<name>)")
+                             "softmax_backward, cross_entropy (Part II: kernels/<name>)")
     parser.add_argument("--jobs", type=int, default=2, help="stages compiled at once (default 2)")
     parser.add_argument("--force", action="store_true", help="recompute even when the facts are current")
     parser.add_argument("--check", action="store_true", help="only report missing or stale facts")
