@@ -254,23 +254,30 @@ def test_a_torch_without_the_private_state_takes_the_dispatch(monkeypatch):
 def test_the_autocast_guard_reads_the_state_under_either_name(monkeypatch):
     """torch 2.13 keeps register_autocast's rule in ``_autocast_dtype``; torch 2.11 (the H200
     machine's) has no such attribute, and reading it made every eager call take the dispatch there.
-    The guard reads whatever ``_autocast*`` attributes the op has: none set is no rule."""
+    The guard reads whatever ``_autocast*`` attributes the op was built with: none set is no rule."""
     from hopattn import api
 
-    class Op211:  # the attributes _plain_eager reads, as a torch without _autocast_dtype has them
-        _backend_fns = {None: object()}
-        _torch_dispatch_fns: dict = {}
-        _disabled_kernel: set = set()
-        _vmap_fn = None
+    class Op211:  # the attributes _plain_eager reads, under other autocast names (set in the constructor)
+        def __init__(self):
+            self._backend_fns = {None: object()}
+            self._torch_dispatch_fns: dict = {}
+            self._disabled_kernel: set = set()
+            self._vmap_fn = None
+            self._autocast_cuda_dtype = None
+            self._autocast_cpu_dtype = None
 
-    op = Op211()
-    monkeypatch.setattr(api, "_attention_op", op)
+    class Op213(Op211):
+        def __init__(self):
+            super().__init__()
+            del self._autocast_cuda_dtype, self._autocast_cpu_dtype
+            self._autocast_dtype: dict = {}
+
     monkeypatch.setattr(api, "DIRECT_DEVICE_TYPES", ("cpu",))
-    assert api._plain_eager(torch.zeros(1)) is True
-    op._autocast_cuda_dtype = torch.float16  # an autocast rule under another name: the dispatch applies it
-    assert api._plain_eager(torch.zeros(1)) is False
-    del op._autocast_cuda_dtype
-    op._autocast_dtype = {"cuda": torch.float16}
-    assert api._plain_eager(torch.zeros(1)) is False
-    op._autocast_dtype = {}
-    assert api._plain_eager(torch.zeros(1)) is True
+    for op in (Op211(), Op213()):
+        monkeypatch.setattr(api, "_attention_op", op)
+        assert api._plain_eager(torch.zeros(1)) is True
+        if isinstance(op, Op213):
+            op._autocast_dtype["cuda"] = torch.float16  # register_autocast fills the dict
+        else:
+            op._autocast_cuda_dtype = torch.float16  # ... or sets its attribute
+        assert api._plain_eager(torch.zeros(1)) is False  # the dispatch applies the rule

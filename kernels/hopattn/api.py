@@ -255,8 +255,18 @@ def _autocast_registered(op) -> bool:
     """Whether an autocast rule was registered on the op (torch.library.register_autocast). Torch
     keeps it under a name that changed between versions (2.13: ``_autocast_dtype``, a dict per device
     type; 2.11 has no such attribute, and the H200 machine's torch 2.11 made the direct path
-    unreachable until this read every ``_autocast*`` attribute instead). None of them: no rule."""
-    return any(value for name, value in vars(op).items() if name.startswith("_autocast"))
+    unreachable until this read every ``_autocast*`` attribute instead). The names are those the op
+    had when first asked (torch's constructor sets them all), kept per op; None of them set: no rule."""
+    entry = _AUTOCAST_NAMES.get(id(op))
+    if entry is None or entry[0] is not op:  # (an id can be reused once its object is gone)
+        entry = _AUTOCAST_NAMES[id(op)] = (op, tuple(n for n in vars(op) if n.startswith("_autocast")))
+    for name in entry[1]:
+        if getattr(op, name):
+            return True
+    return False
+
+
+_AUTOCAST_NAMES: dict[int, tuple[object, tuple[str, ...]]] = {}
 
 
 @_attention_op.register_fake
