@@ -725,6 +725,44 @@ def test_diffusers_masks_gqa_and_causal_through_dispatch(df_registered):
 
 
 @needs_df
+def test_diffusers_verdicts_are_kept_per_call_signature_and_fallbacks_get_the_models_tensors(monkeypatch):
+    """The backend keeps the kernel's verdict per (shapes, dtypes, device, causal, grad, deterministic):
+    kernel.unsupported runs once per signature, a new dtype or a gradient gets its own verdict, and
+    a fallback receives the model's own key and value (not the keys a top-left mask would keep)."""
+    kern, spy = cpu_hopattn(monkeypatch, gqa=True)
+    asked = []
+    real = type(kern).unsupported
+    monkeypatch.setattr(type(kern), "unsupported", lambda self, *a, **kw: asked.append(a[0].dtype) or real(self, *a, **kw))
+    backend = hop_df.make_backend(kern, strict=False)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 8, 2, 128, generator=g).to(BF16)
+    k, v = (torch.randn(1, 10, 2, 128, generator=g).to(BF16) for _ in range(2))
+    with routing.track() as report:
+        first = backend(query=q, key=k, value=v)
+        again = backend(query=q, key=k, value=v)
+    assert torch.equal(first, again) and report.served == 2 and asked == [BF16]
+    with routing.track() as report:
+        out32 = backend(query=q.float(), key=k.float(), value=v.float())
+        backend(query=q.float(), key=k.float(), value=v.float())
+    assert asked == [BF16, torch.float32] and report.fallbacks == {"dtype float32 (hopattn serves bfloat16)": 2}
+    native = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE]
+    assert torch.equal(out32, native(query=q.float(), key=k.float(), value=v.float()))
+    leaf = q.clone().requires_grad_()
+    backend(query=leaf, key=k, value=v)
+    assert len(asked) == 3  # a call that needs a gradient is judged on its own
+    # top-left causal over fewer queries than keys: the kernel reads the 8 keys SDPA lets them see; a
+    # fallback (fp32) gets all 10 with the model's is_causal, so SDPA applies its own alignment
+    calls = []
+    monkeypatch.setattr(ad._AttentionBackendRegistry, "_backends", {
+        **ad._AttentionBackendRegistry._backends,
+        ad.AttentionBackendName.NATIVE: lambda **kw: calls.append(kw) or native(**kw)})
+    backend(query=q.float(), key=k.float(), value=v.float(), is_causal=True)
+    assert calls[-1]["key"].shape[1] == 10 and calls[-1]["is_causal"] is True
+    backend(query=q, key=k, value=v, is_causal=True)
+    assert spy.calls[-1]["k"][1] == 8 and spy.calls[-1]["causal"] is True
+
+
+@needs_df
 def test_diffusers_strict_registration_refuses(monkeypatch):
     kern, _ = cpu_hopattn(monkeypatch)
     hop_df.register(kernel=kern, strict=True)

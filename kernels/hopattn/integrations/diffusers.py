@@ -118,14 +118,31 @@ def make_backend(kernel: Kernel, strict: bool, deterministic: bool | None = None
     def native(**kwargs):  # looked up per call: diffusers' own SDPA backend as registered now
         return _AttentionBackendRegistry._backends[AttentionBackendName.NATIVE](**kwargs)
 
+    # The kernel's verdict on a call depends on its tensors' shapes, dtypes and device and on the call's
+    # flags, not on the data: kept per those (as contract.check_call keeps its own), it spares each
+    # call the BHSD views, the CallShape lookup and kernel.unsupported (research/host_cost.md).
+    verdicts: dict[tuple, tuple[routing.CallShape, str | None]] = {}
+
     def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
                   return_lse=False, _parallel_config=None):
         causal, keys, reason = _plan(query, key, attn_mask, dropout_p, is_causal, return_lse, _parallel_config)
-        q_bhsd, k_bhsd, v_bhsd = (t.transpose(1, 2) for t in (query, key[:, :keys], value[:, :keys]))
-        shape = routing.shape_of(LIBRARY, q_bhsd, k_bhsd, causal, "bshd", v=v_bhsd)
         grad = routing.needs_grad(query, key, value)
         exact = routing.wants_deterministic(deterministic)
-        reason = reason or kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal, grad=grad, deterministic=exact)
+        # the keys the kernel reads (a top-left causal mask drops those no query sees); a fallback gets
+        # the model's own key and value, with its mask
+        k_run, v_run = (key, value) if keys == key.shape[1] else (key[:, :keys], value[:, :keys])
+        seen = (query.shape, k_run.shape, v_run.shape, query.dtype, k_run.dtype, v_run.dtype, query.device, causal,
+                grad, exact)
+        verdict = verdicts.get(seen)
+        if verdict is None:
+            q_bhsd, k_bhsd, v_bhsd = (t.transpose(1, 2) for t in (query, k_run, v_run))
+            verdict = (routing.shape_of(LIBRARY, q_bhsd, k_bhsd, causal, "bshd", v=v_bhsd),
+                       kernel.unsupported(q_bhsd, k_bhsd, v_bhsd, causal, grad=grad, deterministic=exact))
+            if len(verdicts) >= 256:
+                verdicts.clear()
+            verdicts[seen] = verdict
+        shape = verdict[0]
+        reason = reason or verdict[1]
         if reason is None and scale is not None and not (math.isfinite(scale) and scale > 0):
             reason = f"scale {scale} (the kernel takes a positive scale)"
         if reason is not None:
@@ -134,8 +151,8 @@ def make_backend(kernel: Kernel, strict: bool, deterministic: bool | None = None
                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
                           _parallel_config=_parallel_config)
         scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
-        out, mode = routing.serve(kernel, query, key[:, :keys], value[:, :keys], causal=causal, scale=scale,
-                                  layout="bshd", deterministic=exact)
+        out, mode = routing.serve(kernel, query, k_run, v_run, causal=causal, scale=scale, layout="bshd",
+                                  deterministic=exact)
         routing.record(shape, mode=mode, grad=grad, deterministic=exact)
         return out
 
