@@ -14,6 +14,8 @@ from html import escape
 
 from hopattn.records.models import BACKENDS, LABELS, REFERENCE
 
+from site_gen.commands import reader_command
+
 from .html import figure
 
 PRIMARY = "var(--md-primary-fg-color, #3f51b5)"
@@ -255,7 +257,7 @@ def _provenance(record: dict) -> str:
         commit = (run["git_commit"] or "unknown")[:12] + (" (dirty)" if run["dirty"] else "")
         lines.append(f"- run {run_id}: {env.get('gpu_name') or 'unknown GPU'}, torch {env.get('torch') or '–'}, "
                      f"transformers {env.get('transformers') or '–'}, diffusers {env.get('diffusers') or '–'}, "
-                     f"commit {commit}; `{_cell(run['command'])}`"
+                     f"commit {commit}; `{_cell(reader_command(run['command']))}`"
                      + (" — **dry run on CPU: tiny models, the reference kernel; not measurements**"
                         if run["dry_run"] else ""))
     return "\n".join(lines) + "\n"

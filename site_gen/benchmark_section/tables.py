@@ -11,6 +11,8 @@ from hopattn.records import results
 from hopattn.records.results import GpuResults
 from hopattn.records.shapes import ALL_SHAPES, HEAD_DIM_SHAPES
 
+from site_gen.commands import reader_command
+
 from .headline import PEER_NAMES, best_peer
 
 REFERENCES = (("fa3", "FA3"), ("fa4", "FA4"), ("cudnn", "cuDNN"))  # the reference peers (results.REFERENCES)
@@ -228,7 +230,7 @@ def environment(nums: GpuResults, hashes: dict[str, str] | None = None) -> str:
         if commit:
             head += f", commit `{commit[:10]}`" + (" with local changes" if run.get("git_dirty") else "")
         if run.get("command"):
-            head += f" (`{run['command']}`)"
+            head += f" (`{reader_command(run['command'])}`)"
         gpu = [f"compute capability {env.get('compute_capability', '?')}"]
         if env.get("sm_count"):
             gpu.append(f"{env['sm_count']} SMs")
