@@ -239,7 +239,7 @@ def _render_part_ii(inp: inputs.Inputs, site: Site, cache: DiskCache) -> None:
             nxt = stages[i + 1] if i + 1 < len(stages) else None
             label = f"{part_ii.lineage_of(s).label} stage {s.name}"
             with naming(f"the diagrams of {label}", s.spec_path, root):
-                # a stage.toml without [[config]] (the cross-entropy's) has nothing for the figures to deal out
+                # a stage.toml without [[config]] would have nothing for the figures to deal out
                 mine = _rowwise_diagrams(s, stages, specs, cache) if hasattr(s.spec, "config") else []
                 drawn[s.number] = (s, mine)
                 parts = part_ii.diagram_parts(s, drawn[s.number][1], drawn, site)

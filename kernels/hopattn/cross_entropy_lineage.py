@@ -5,8 +5,12 @@ kernels/cross_entropy/ (drafted under research/cross_entropy/, landed after its 
 
 A cross-entropy stage.toml has the softmax lineage's tables, typed by hopattn.rowwise's declarations:
 [launch], [row] (who holds a row, the levels its reduction passes through, where it waits between
-its uses, how often each element is read on the main path with the gradient), [supports] and
-[constants] (kernel.cu's own constexpr integers, checked against its text). Every key is typed; an
+its uses, how often each element is read on the main path with the gradient), [supports],
+[constants] (kernel.cu's own constexpr integers, checked against its text) and [[config]]: the
+launch configurations in the launcher's order (the softmax's keys; ``reduce``: the row's statistics
+merged once, or the max and then the sums), checked at load against the rest of the spec and, by
+``config_mismatches``, against kernel.cu and the stage 02 kernels it includes; the site's figures
+deal a row out to them. Every key is typed; an
 unknown key or a value of another type is a SpecError naming the file and the field. Stages are
 ``rowwise.RowStage`` objects (their lineage: the folder's name, "cross_entropy"), compiled by
 hopattn.build into ``build/kernels/cross_entropy-stageNN-...``. Standard library only.
@@ -17,14 +21,43 @@ hopattn.build into ``build/kernels/cross_entropy-stageNN-...``. Standard library
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import rowwise
-from .lineage import _FOLDER_RE, ARCHES, COMMON_DIR_NAME, RMSNORM_DIR, TEXT, SpecError, _choice, _load, _table, key
+from . import cpp, rowwise
+from .lineage import (
+    _FOLDER_RE,
+    ARCHES,
+    COMMON_DIR_NAME,
+    RMSNORM_DIR,
+    TEXT,
+    SpecError,
+    _choice,
+    _load,
+    _table,
+    _tables,
+    key,
+    optional,
+)
 
 CROSS_ENTROPY_DIR = RMSNORM_DIR.parent / "cross_entropy"  # kernels/cross_entropy
+
+# How a stage reduces a row's statistics (RowStats: the max m, s = Σ exp(x − m), Σ x and the target's
+# logit): merged once, the online (max, sum) beside the plain sums (stages 02-04), or the max alone and
+# then, on a walk of their own, the sums (stage 01). The words are the softmax lineage's.
+REDUCES = ("(max, sum)", "max, then sum")
+
+
+@dataclass(frozen=True)
+class CrossEntropyConfig(rowwise.WalkConfig):
+    reduce: str | None = optional(_choice(REDUCES), None, doc="what the row reduces; left out: the statistics "
+                                                              "merged once, the online (max, sum) among them")
+
+    @property
+    def payload(self) -> str:
+        return self.reduce or "(max, sum)"
 
 
 @dataclass(frozen=True)
@@ -37,6 +70,12 @@ class CrossEntropySpec:
     row: rowwise.Row = key(_table(rowwise.Row))
     supports: rowwise.Supports = key(_table(rowwise.Supports))
     constants: dict = key(rowwise.CONSTANTS, doc="kernel.cu's constexpr integers the prose and figures use")
+    config: tuple[CrossEntropyConfig, ...] = key(_tables(CrossEntropyConfig), doc="the launch configurations, in "
+                                                 "the launcher's order (rows aligned to 16 bytes); the last takes any row")
+
+    def config_for(self, cols: int, element_bytes: int = 2) -> CrossEntropyConfig:
+        """The configuration that runs a row of ``cols`` elements (bf16 unless told)."""
+        return next(c for c in self.config if c.holds(cols, element_bytes))
 
 
 def load_spec(path: Path) -> CrossEntropySpec:
@@ -54,6 +93,11 @@ def load_spec(path: Path) -> CrossEntropySpec:
     if spec.supports.backward:
         raise SpecError(f"{path}: field 'supports.backward' must be false: a cross-entropy stage's gradient is "
                         f"its own launch with dloss (abi_cross_entropy.h), not a backward lineage")
+    rowwise._check_configs(spec, path)
+    for i, c in enumerate(spec.config):
+        if c.reduce == "max, then sum" and c.reads < 3:
+            raise SpecError(f"{path}: field 'config[{i}].reduce' must be '(max, sum)' where the row is read fewer than "
+                            f"3 times (the max, then the sums, then the gradient take three walks) (got {c.reduce!r})")
     return spec
 
 
@@ -85,3 +129,54 @@ def discover(root: Path | None = None) -> list[rowwise.RowStage]:
 
 
 constant_mismatches = rowwise.constant_mismatches
+
+
+def config_mismatches(stage: rowwise.RowStage) -> list[str]:
+    """[[config]] entries that the stage's sources do not launch so. As rowwise.config_mismatches, but a
+    streamed configuration may be stage 02's kernels, which stages 03 and 04 include (CE_KERNELS_ONLY):
+    its kernel, CTA size and max_cols are looked for in kernel.cu and every file it includes. The held
+    configurations against with_config's ``Config<threads per row, vectors[, cluster]>`` in order, their
+    rows per CTA against its ``kMinCtaThreads / threads per row``; ``reduce`` against the source."""
+    source = stage.kernel_path.read_text()
+    every = "\n".join(p.read_text() for p in stage.source_files())  # kernel.cu first, then what it includes
+    found = rowwise.launcher_configs(source) or []
+    held = [c for c in stage.spec.config if c.vectors]
+    wanted = [(c.threads_per_row, c.vectors) + ((c.cluster,) if c.cluster > 1 else ()) for c in held]
+    shown = [(a[:2] if len(a) > 2 and a[2] == 1 else a) for a in found]
+    out = []
+    if wanted != shown:
+        out.append(f"{stage.spec_path}: the held [[config]] (threads_per_row, vectors[, cluster]) are {wanted}, "
+                   f"kernel.cu's with_config launches {shown}")
+    constants = cpp.constants(every)
+    least = constants.get("kMinCtaThreads")
+    for i, c in enumerate(stage.spec.config):
+        if c.vectors:
+            rows = 1 if least is None or c.threads_per_row >= least else least // c.threads_per_row
+            if c.rows_per_cta != rows:
+                out.append(f"{stage.spec_path}: config[{i}].rows_per_cta = {c.rows_per_cta}, kernel.cu's Config has "
+                           f"{rows} (kMinCtaThreads / threads_per_row)")
+            continue
+        if c.max_cols is not None and c.max_cols not in constants.values():
+            out.append(f"{stage.spec_path}: config[{i}].max_cols = {c.max_cols} is none of the stage's constants")
+        if c.cta_threads not in constants.values():
+            out.append(f"{stage.spec_path}: config[{i}] has CTAs of {c.cta_threads} threads, none of the stage's "
+                       "constants")
+    code = rowwise._COMMENT_RE.sub("", every)
+    uses = bool(re.search(r"\bst_async|st\.async", code))
+    for i, c in enumerate(stage.spec.config):
+        if c.cluster > 1 and (c.exchange == "st.async") != uses:
+            out.append(f"{stage.spec_path}: config[{i}].exchange = {c.exchange or 'st.shared::cluster'!r}, but "
+                       f"kernel.cu {'exchanges through st.async' if uses else 'has no st.async'}")
+        m = re.search(rf"__global__ void [^;{{}}]*?\b{c.kernel}\(", code)
+        if not m:
+            out.append(f"{stage.spec_path}: config[{i}].kernel = {c.kernel!r} is no __global__ of kernel.cu or "
+                       "what it includes")
+            continue
+        # the max alone, reduced before the sums: a cta_max of its own (stage 01); else the statistics merged once
+        body = code[m.end():]
+        body = body[:body.find("\n}\n") + 1] if "\n}\n" in body else body
+        alone = bool(re.search(r"\bcta_max\(", body))
+        if (c.payload == "max, then sum") != alone:
+            out.append(f"{stage.spec_path}: config[{i}].reduce = {c.payload!r}, but {c.kernel} "
+                       + ("reduces the max alone first (cta_max)" if alone else "has no max reduced alone (cta_max)"))
+    return out

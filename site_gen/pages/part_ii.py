@@ -7,10 +7,11 @@ the same lineage.
 
 Their figures are the RMSNorm forward's three (diagrams/rowwise), in each lineage's words: who holds
 which bytes of a row (of x and dy, of y and dy), the reduction tree (of the dot; of the softmax's
-(max, sum) pair, or its max and then its sum) and the bytes per element with the roofline, dealt out
-from the stage's ``[[config]]`` (hopattn.rowwise_backward, hopattn.softmax_lineage); a figure the same
-as the previous stage's links the stage where it last changed (the cross-entropy's stage.toml has no
-``[[config]]`` yet: its pages say they have no figures). #benchmark reads the lineage's record,
+(max, sum) pair, or its max and then its sum; of the cross-entropy's statistics) and the bytes per
+element with the roofline, dealt out from the stage's ``[[config]]`` (hopattn.rowwise_backward,
+hopattn.softmax_lineage, hopattn.cross_entropy_lineage; the cross-entropy's at its benchmark's lengths,
+4k, 32k, 128k and 256k); a figure the same as the previous stage's links the stage where it last
+changed. #benchmark reads the lineage's record,
 bench/results/<results>/<gpu>.json (its folder's name, or the cross-entropy's fused record; written by
 the command named in LINEAGES), as the RMSNorm forward's does (benchmark_section/rowwise.py): the stage's
 table against the copy of the same run and the peers, its headline cards, and the lineage's climb; where
@@ -28,6 +29,7 @@ from hopattn import cross_entropy_lineage, rowwise_backward, softmax_lineage
 from ..benchmark_section import rowwise as numbers
 from ..compiler_section.changes import spill_bytes
 from ..compiler_section.rowwise import DTYPES, _instance
+from ..diagrams.rowwise import model as rowwise_model
 from ..diagrams.section import figures
 from . import rowwise
 from .rowwise import FOLDER as OVERVIEW_FOLDER
@@ -147,7 +149,7 @@ def diagram_parts(stage, mine, drawn: dict, site) -> dict[str, str]:
 def diagrams_md(stage, parts: dict[str, str] | None = None) -> str:
     """#diagrams: the lead sentence, then each figure under its heading (rowwise.PARTS' anchors)."""
     if not parts:
-        if not hasattr(stage.spec, "config"):  # the cross-entropy: its stage.toml has no [[config]] yet
+        if not hasattr(stage.spec, "config"):  # a lineage whose stage.toml has no [[config]]
             return ("This stage has no diagrams yet: its `stage.toml` has no `[[config]]` (the launcher's "
                     "configurations) for the figures to deal a row out to.\n")
         return "This stage has no diagrams.\n"
@@ -155,7 +157,7 @@ def diagrams_md(stage, parts: dict[str, str] | None = None) -> str:
     rows = "rows of x and dy" if lin.folder == "rmsnorm_backward" else "rows of y and dy" \
         if lin.folder == "softmax_backward" else "rows"
     body = [f"Drawn from the stage's `stage.toml` (its `[[config]]`: the launcher's configurations, in its order) "
-            f"for {rows} of 4k, 16k, 64k and 256k bf16 columns, the benchmark's lengths.\n"]
+            f"for {rows} of {rowwise_model.lengths_text(stage)} bf16 columns, the benchmark's lengths.\n"]
     for kind, anchor, heading in rowwise.PARTS:
         if kind in parts:
             body += [f"### {heading} {{#{anchor}}}\n", parts[kind]]

@@ -178,7 +178,7 @@ def _holders_other(stage, op: Op) -> Diagram:
         c.line(12, y - 8, W - 12, y - 8, stroke="grid", sw=1)
     c.height = int(y)
     cap = (f"Bytes of {'one bf16 row of each of ' + op.inputs if op.arrays > 1 else 'one bf16 row'} (2 B a column) "
-           "at each level, for rows of 4k, 16k, 64k and 256k columns, from the stage's `[[config]]`: the launcher "
+           f"at each level, for rows of {model.lengths_text(stage)} columns, from the stage's `[[config]]`: the launcher "
            "takes the first configuration that holds the row. " + " ".join(
                f"{lay.label}: {model.config_label(lay.config)}." for lay in lays))
     if any(model.persistent(stage, lay.config) for lay in lays):

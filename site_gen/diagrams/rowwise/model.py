@@ -12,6 +12,11 @@ from hopattn.rowwise import VECTOR_BYTES, Config
 
 ELEMENT = 2  # bf16: the figures' dtype (the benchmark's)
 LENGTHS = ("4k", "16k", "64k", "256k")  # the row lengths the figures draw (of the benchmark's SIZES)
+# A lineage whose benchmark runs other lengths: its own, and its rows at each (bench.rowwise_cross_entropy's
+# SIZES, the fused record's: tests/test_part_ii_figures.py checks they agree).
+LENGTHS_OF = {"cross_entropy": ("4k", "32k", "128k", "256k")}
+SIZES_OF = {"cross_entropy": {"4k": (16384, 4096), "32k": (2048, 32768), "128k": (512, 131072),
+                              "256k": (256, 262144)}}
 # Per element, with a weight: the square and its sum (one FMA, 2 FLOP), then x · rstd · weight (2).
 FLOPS_PER_ELEMENT = 4
 LEVEL_NAMES = {"thread": "in a thread (registers)", "warp": "across a warp (shuffles)",
@@ -95,6 +100,9 @@ class Layout:
         return self.config.levels
 
 
+STATS = "statistics (m, s, Σ x)"  # the cross-entropy's: a RowStats record (m, s, Σ x, the target's logit)
+
+
 @dataclass(frozen=True)
 class Op:
     """What a lineage's figures say of its rows: what they read and write, what the reduction carries,
@@ -153,6 +161,16 @@ OPS = {
         "counted: the dot's fmaf 2, dy − d 1, · y 1", {1: ("the dot and dx",), 2: ("the dot", "dx")},
         "Then every thread that writes the row takes dx = y · (dy − d) from the same dot d = Σ y · dy, added in "
         "the same order in every thread and on every run.", ""),
+    "cross_entropy": Op(
+        "Cross-entropy", "ce", ("logits",), "dlogits", STATS, "record", 10,
+        "counted: the max, x − m, exp2 (as one), the sum, Σ x; for dlogits x − m, exp2, · 1/s, − ε/V, · g",
+        {1: ("the statistics, the loss and dlogits",), 2: ("the statistics and the loss", "dlogits"),
+         3: ("the max", "the sums and the loss", "dlogits")},
+        "Then thread 0 writes loss = log s + (1 − ε)(m − x[t]) + ε (m − Σ x / V) and lse, and every thread that "
+        "writes dlogits takes g · (exp(x − m) / s − (1 − ε)[c = t] − ε / V) from the same (m, s), merged in the "
+        "same order in every thread and on every run.",
+        "A row's target is read and its loss and lse written beside (16 B a row, which GB/s counts too: under "
+        "0.01 B an element at 4k)."),
 }
 
 
@@ -161,7 +179,8 @@ def op(stage) -> Op:
 
 
 def payload(stage, config: Config) -> str:
-    """What this configuration's reduction carries: the op's, or the softmax's max and then sum."""
+    """What this configuration's reduction carries: the op's, or the max and then the sum (the softmax's,
+    the cross-entropy's)."""
     reduce = getattr(config, "payload", None)
     return "max, then sum" if reduce == "max, then sum" else op(stage).payload
 
@@ -172,13 +191,24 @@ def persistent(stage, config: Config) -> bool:
     return bool(wg is not None and wg.persistent and config.vectors)
 
 
+def lengths(stage) -> tuple[str, ...]:
+    """The row lengths the figures draw for this stage: its lineage's benchmark's."""
+    return LENGTHS_OF.get(stage.lineage, LENGTHS)
+
+
+def lengths_text(stage) -> str:
+    """'4k, 16k, 64k and 256k'."""
+    *head, last = lengths(stage)
+    return f"{', '.join(head)} and {last}"
+
+
 def layout(stage, label: str) -> Layout:
-    rows, cols = SIZES[label]
+    rows, cols = SIZES_OF.get(stage.lineage, SIZES)[label]
     return Layout(label, cols, rows, stage.spec.config_for(cols, ELEMENT), stage.spec.row.vector_bytes)
 
 
 def layouts(stage) -> list[Layout]:
-    return [layout(stage, label) for label in LENGTHS]
+    return [layout(stage, label) for label in lengths(stage)]
 
 
 def deepest(stage) -> Layout:

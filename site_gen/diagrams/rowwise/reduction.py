@@ -60,6 +60,15 @@ def words(stage, lay: Layout) -> dict:
         out["cta_slots"] = f"{w} pairs, {8 * w} B of shared memory"
         out["cta_add"] = [f"every thread merges the {w}", "in the same order"]
         out["cluster_add"] = [f"each thread merges the {n}", "in rank order"]
+    elif what == model.STATS:  # the cross-entropy's record: (m, s) merged as the softmax's, Σ x and x[t] added
+        out["heads"]["thread"] = ("1 · in each thread", "registers: fp32 max, exp2")
+        out["heads"]["warp"] = ("2 · across the warp", "shfl.xor: 5 steps × 4 floats")
+        out["thread"] = ["max, Σ exp(x − max), Σ x", f"of {e} elements, the sum", "rescaled as the max grows"]
+        out["thread_end"] = "1 record (m, s, Σ x, x[t]) a thread"
+        out["warp"] = ["32 lane records merged →", "32 copies of the warp's record"]
+        out["cta_slots"] = f"{w} records, {16 * w} B of shared memory"
+        out["cta_add"] = [f"every thread merges the {w}", "in the same order"]
+        out["cluster_add"] = [f"each thread merges the {n}", "in rank order"]
     elif what == "max, then sum":
         out["heads"]["thread"] = ("1 · in each thread", "registers: fp32 max, exp2")
         out["heads"]["warp"] = ("2 · across the warp", "shfl.xor: 5 steps, twice")
@@ -71,6 +80,13 @@ def words(stage, lay: Layout) -> dict:
         out["cta_slots"] = f"{w} floats, {4 * w} B, used twice"
         out["cta_add"] = [f"the max of the {w}, then", "the sum of the {w} sums".replace("{w}", str(w))]
         out["sums"], out["csums"] = f"{w} warp maxima, then sums", f"{n} CTA maxima, then sums"
+        if op.prefix == "ce":  # the sums are a record (s, Σ x, x[t]) merged after the max
+            out["thread"] = [f"the max of {e} elements;", "on the next walk,", "Σ exp(x − max) and Σ x"]
+            out["thread_end"] = "1 max, then 1 record"
+            out["cta_store"] = [f"lane 0 of each of {w} warps", "stores its max, later its record"]
+            out["cta_slots"] = f"{w} floats, then {w} records"
+            out["cta_add"] = [f"the max of the {w}, then", f"the {w} records merged"]
+            out["sums"], out["csums"] = f"{w} warp maxima, then records", f"{n} CTA maxima, then records"
     else:  # a dot
         dot = "Σ x · w · dy" if op.reads[0] == "x" else "Σ y · dy"
         out["thread"] = [f"{dot} of {e}", "elements, one fmaf each", "into one fp32 dot"]
@@ -145,15 +161,22 @@ MERGE = ("(m, s) ⊕ (m′, s′) = (M, s · e^(m − M) + s′ · e^(m′ − M
          "bit for bit commutative, so every lane and every run gets the same pair.")
 
 
+MERGE_STATS = ("(m, s, Σx, xt) ⊕ (m′, s′, Σx′, xt′) = (M, s · e^(m − M) + s′ · e^(m′ − M), Σx + Σx′, xt + xt′), "
+               "M = max(m, m′): the merge at every level (xt: the target's logit, which one thread loads), bit for "
+               "bit commutative, so every lane and every run gets the same record.")
+
+
 def _reduction_other(stage) -> Diagram:
     """The reduction figure of the RMSNorm backward (a dot, and dw across rows), the softmax (the (max, sum)
-    pair, or the max then the sum) and the softmax backward (a dot)."""
+    pair, or the max then the sum), the softmax backward (a dot) and the cross-entropy (its statistics'
+    record, or the max then the sums)."""
     op = model.op(stage)
     did = f"{op.prefix}{stage.id}-reduction"
     lay = model.deepest(stage)
     wd = words(stage, lay)
     what = wd["what"]
-    of = f"the {what}" if what != "max, then sum" else "the max, then the sum,"
+    of = f"the {what}" if what != "max, then sum" else "the max, then the sums," if op.prefix == "ce" else \
+        "the max, then the sum,"
     title = f"{op.label} stage {stage.id}: the reduction tree of {of} of a row"
     desc = (f"{of[0].upper() + of[1:]} of a {lay.label}-column bf16 row at {op.label} stage {stage.id} "
             f"({model.config_label(lay.config)}): {level_text(lay, stage)}. At each length: "
@@ -170,6 +193,12 @@ def _reduction_other(stage) -> Diagram:
     notes = []
     if what == "(max, sum) pair":
         notes.append(MERGE)
+    elif what == model.STATS:
+        notes.append(MERGE_STATS)
+    elif what == "max, then sum" and op.prefix == "ce":
+        notes.append("Two trees, one after the other: the max first (so that no exponential overflows), then, on the "
+                     "next walk over the row, the record of the sums (Σ exp(x − max), Σ x, the target's logit); then "
+                     "dlogits on a third walk.")
     elif what == "max, then sum":
         notes.append("Two trees, one after the other: the max first (so that no exponential overflows), then, on the "
                      "next walk over the row, the sum of exp(x − max); then the output on a third walk.")
