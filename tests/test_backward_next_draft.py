@@ -163,3 +163,50 @@ def test_the_trace_points_leave_the_sass_alone_and_the_traced_build_records(tmp_
     assert int(re.search(r"(\d+) bytes spill stores", ptxas).group(1)) == 36  # as stage 07's traced build
     assert "CS2R" in sass and "STG.E.128" in sass  # the clock reads and the 16-byte rows
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
+
+
+# --- the diagnostic draft: stage 07 with the load warp on warp 3 ------------------------------------
+
+DIAGNOSTIC = "08_load-warp-3"
+
+
+def _diagnostic(tmp_path: Path) -> lineage.Stage:
+    """The diagnostic assembled as gpu_run.sh assembles it: stage 07's lineage, the draft as stage 08."""
+    kernels = tmp_path / "kernels"
+    shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
+    shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
+    for stage in lineage.discover(lineage.BACKWARD_DIR):
+        shutil.copytree(stage.dir, kernels / "attention_backward" / stage.dir.name)
+    shutil.copytree(WAITING / DIAGNOSTIC, kernels / "attention_backward" / DIAGNOSTIC)
+    return lineage.load_stage(kernels / "attention_backward" / DIAGNOSTIC)
+
+
+def test_the_diagnostic_is_stage_07_with_the_load_warp_moved(tmp_path):
+    diag = _diagnostic(tmp_path)
+    seven = next(s for s in lineage.discover(lineage.BACKWARD_DIR) if s.dir.name == PREVIOUS)
+    assert diag.number == 8 and diag.smem == seven.smem and diag.schedule == seven.schedule
+    assert [(r.name, r.warps, r.registers) for r in diag.roles] == [(r.name, r.warps, r.registers) for r in seven.roles]
+    assert diag.roles[0].tasks[0].startswith("warp 3, one thread") and diag.roles[1] == seven.roles[1]
+    # the source is 07's but for comments and the load warp's index
+    def code(path, edits=()):
+        lines = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("//")]
+        for old, new in edits:
+            lines = [line.replace(old, new) for line in lines]
+        return lines
+
+    ours = code(diag.kernel_path, [("warp == LOAD_WARP", "warp == 0")])
+    assert ours.count("constexpr int LOAD_WARP = 3;        // the producer's load warp (stage 07: warp 0)") == 1
+    assert [line for line in ours if "LOAD_WARP" not in line] == code(seven.kernel_path)
+    assert "## Measured\n\nNot measured yet" in (diag.dir / "notes.md").read_text()
+
+
+def test_the_diagnostic_compiles_as_stage_07_does(tmp_path):
+    diag = _diagnostic(tmp_path)
+    ptxas, sass = _compile(diag, diag.kernel_path, tmp_path / "diag.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, ptxas
+    assert "0 bytes spill stores, 0 bytes spill loads" in ptxas
+    assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168
+    assert sass.count("HGMMA.64x64x16") == 48 and sass.count("HGMMA.64x128x16") == 16
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
+    assert sass.count("BAR.SYNC") == 5 and len(sass.splitlines()) == 3000  # stage 07's

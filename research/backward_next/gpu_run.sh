@@ -23,7 +23,7 @@ fi
 [ -n "$DRAFT" ] && [ -d "research/backward_next/$DRAFT" ] || { echo "no draft stage in research/backward_next/"; exit 2; }
 NEW=$((10#${DRAFT%%_*}))
 SLUG=${DRAFT#*_}
-PREV=$((NEW - 1))
+PREV=${PREV:-$((NEW - 1))}  # DRAFT=NN_slug PREV=M: a draft beside stage M (a diagnostic of an earlier stage)
 NN=$(printf %02d "$NEW")
 RUN="backward-$NN-$GPU-$STAMP"
 mkdir -p "$OUT" "$WORK/$RUN"
