@@ -23,6 +23,8 @@ def test_everything_else_is_shown_as_recorded():
 
 
 def test_the_pages_show_no_gpu_machine_paths():
+    """The committed records hold commands with --out /root/out/... (the runs of 2026-12-02); the
+    provenance lists the pages draw from them do not."""
     from conftest import REPO
     from hopattn.records import models as model_records
     from hopattn.records import results
@@ -33,5 +35,4 @@ def test_the_pages_show_no_gpu_machine_paths():
     record = model_records.load_all(REPO / "bench" / "results")["nvidia-h200"]
     assert "/root/out" not in _provenance(record)
     nums = next(f for f in results.load_indexed(REPO / "bench" / "results") if f.gpu == "nvidia-h200")
-    assert any("/root/out" in run.get("command", "") for run in nums.data["runs"].values())  # as recorded
-    assert "/root/out" not in tables.environment(nums)  # as shown
+    assert "/root/out" not in tables.environment(nums)
