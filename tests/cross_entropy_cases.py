@@ -14,7 +14,10 @@ largest |x − m| of the row's finite elements, unit = one rounding of the dtype
              + ε/V · 4 · 2^-24 (label smoothing's ε/V, its fp32 roundings: where p is ~0 it is the whole
              gradient, and one rounding of the output alone does not cover it — an fp32 row with
              |x| ~ 30 failed by 6 % of that before this term))
-             + unit · |dlogits| (its rounding) + the smallest subnormal step;
+             + unit · |dlogits| (its rounding) + four of the smallest subnormal steps (where p · g is
+             subnormal in fp32, each of the kernel's and torch's roundings there — the exponent, the
+             division by the sum, the scale by g — is absolute, up to half a step: an fp32 row with
+             |x| ~ 30 and a gradient of 3.5e-42 failed one step's bound by 1.7 steps);
   ignored rows: loss and dlogits exactly 0; targets out of range: loss and the row's dlogits NaN.
 """
 
@@ -136,7 +139,7 @@ def _bounds(x, t, eps, ref, g=None):
     loss_bound = 2 * (loss32 - loss).abs().nan_to_num(0) + common
     lse_bound = 2 * (lse32 - lse).abs().nan_to_num(0) + common
     unit = 2.0 ** (1 - PRECISION[dtype])
-    tiny = torch.finfo(dtype).tiny * torch.finfo(dtype).eps
+    tiny = 4 * torch.finfo(dtype).tiny * torch.finfo(dtype).eps  # four subnormal steps
     p = torch.exp(xd - lse.unsqueeze(-1)).nan_to_num(0)
     p32 = torch.softmax(xf, -1).double()
     gg = (torch.ones_like(lse) if g is None else g.double().expand_as(lse)).abs().unsqueeze(-1)

@@ -32,6 +32,7 @@ Not checked, by rule (each reported with its reason by test_quoted_numbers.py):
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,10 @@ class Records:
 
     @property
     def runs(self) -> set[str]:
-        return set(self.nums.data["runs"])
+        """The benchmark record's runs and the model record's (bench.models), the ids a page may cite."""
+        models = RESULTS / f"models-{GPU}.json"
+        model_runs = json.loads(models.read_text()).get("runs", []) if models.is_file() else []
+        return set(self.nums.data["runs"]) | set(model_runs)
 
     def log(self, name: str) -> dict | None:
         if name not in self.logs:
