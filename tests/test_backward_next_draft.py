@@ -5,7 +5,10 @@ stage (its stage.toml checked as the lineage's are, its figures drawn from it), 
 project's flags (nvcc, no GPU): what its notes say the compiler made of it must stay true — stage
 07's gemms, waits and registers, no spills and no ptxas remark on the wgmma pipeline, one named
 barrier of the consumers where 07 had two, dQ's A read from the step's tile; the same SASS with and
-without the trace points, and the traced build's spills."""
+without the trace points, and the traced build's spills.
+Both drafts here are variants of stage 07, numbered 08 as they were drafted; stage 08 of the lineage
+(08_mask-select) joined after them. So each is assembled beside the lineage's stages up to 07 only
+(`lineage.discover` refuses two stages numbered 08): the lineage as it was when they were drafted."""
 
 from __future__ import annotations
 
@@ -34,10 +37,15 @@ def _tree(tmp_path: Path) -> Path:
         shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
         if (WAITING / "common").is_dir():
             shutil.copytree(WAITING / "common", kernels / "attention_backward" / "common", dirs_exist_ok=True)
-        for stage in lineage.discover(lineage.BACKWARD_DIR):
+        for stage in _up_to_07():
             shutil.copytree(stage.dir, kernels / "attention_backward" / stage.dir.name)
         shutil.copytree(WAITING / DRAFT, kernels / "attention_backward" / DRAFT)
     return kernels / "attention_backward"
+
+
+def _up_to_07() -> list[lineage.Stage]:
+    """The lineage's stages the drafts were drafted beside: 01 to 07 (stage 08 joined after them)."""
+    return [s for s in lineage.discover(lineage.BACKWARD_DIR) if s.number <= 7]
 
 
 def _draft(tmp_path: Path) -> lineage.Stage:
@@ -72,7 +80,7 @@ def _compile(stage: lineage.Stage, kernel: Path, out: Path, traced: bool = False
 
 
 def test_the_draft_reads_as_the_next_backward_stage(tmp_path):
-    stages = lineage.discover(lineage.BACKWARD_DIR)
+    stages = _up_to_07()
     last = stages[-1]
     eight = _draft(tmp_path)
     seven = next(s for s in stages if s.dir.name == PREVIOUS)
@@ -171,11 +179,12 @@ DIAGNOSTIC = "08_load-warp-3"
 
 
 def _diagnostic(tmp_path: Path) -> lineage.Stage:
-    """The diagnostic assembled as gpu_run.sh assembles it: stage 07's lineage, the draft as stage 08."""
+    """The diagnostic assembled as gpu_run.sh assembled it when it was drafted: the lineage up to stage 07,
+    the draft as stage 08."""
     kernels = tmp_path / "kernels"
     shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
     shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
-    for stage in lineage.discover(lineage.BACKWARD_DIR):
+    for stage in _up_to_07():
         shutil.copytree(stage.dir, kernels / "attention_backward" / stage.dir.name)
     shutil.copytree(WAITING / DIAGNOSTIC, kernels / "attention_backward" / DIAGNOSTIC)
     return lineage.load_stage(kernels / "attention_backward" / DIAGNOSTIC)

@@ -8,7 +8,11 @@ count (the turn counters count down from the last key block: a REDG adding -1); 
 and consumers with their register budgets (setmaxnreg 24 and 240). Stage 07 (stage 06 with the next
 step's Sᵀ issued behind dQ): stage 06's spec but for the consumers' order, no ptxas remark on the
 wgmma pipeline, the counts of HGMMA and of the waits on them, the next step's Sᵀ between dQ and the
-stores of the dQ share; the same SASS with and without its trace points, and the traced build's spills."""
+stores of the dQ share; the same SASS with and without its trace points, and the traced build's spills.
+Stage 08 (stage 07 with its softmax's exponentials as straight-line code): stage 07's source but for
+`softmax_gradient`'s exponent loop, stage 07's gemms, waits and registers, without the branch regions
+(BSSY) 07's mask was compiled to, two exponent loops (unmasked and masked), no spills or remarks;
+the same SASS with and without its trace points, and the traced build's spills."""
 
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ STAGES = ("04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized")
 # Per stage: the bulk reduce-adds in the main kernel's SASS, and its registers as ptxas reports them (the
 # notes': 04 246, 05 255, 06 168 at launch, 65536 / 384 rounded down, before setmaxnreg).
 REDUCE_ADDS = {"04_dq-bulk-reduce": 1, "05_ordered-dq": 1, "06_warp-specialized": 1}
-REGISTERS = {"04_dq-bulk-reduce": 246, "05_ordered-dq": 255, "06_warp-specialized": 168, "07_scores-ahead": 168}
+REGISTERS = {"04_dq-bulk-reduce": 246, "05_ordered-dq": 255, "06_warp-specialized": 168, "07_scores-ahead": 168,
+             "08_mask-select": 168}
 
 
 def _stage(name: str) -> lineage.Stage:
@@ -175,7 +180,7 @@ def _compile(stage: lineage.Stage, kernel: Path, out: Path, traced: bool = False
 def test_stage_07_is_stage_06_but_for_the_consumers_order():
     stages = lineage.discover(lineage.BACKWARD_DIR)
     six, seven = _stage("06_warp-specialized"), _stage(SEVEN)
-    assert stages[-1].dir.name == SEVEN and seven.number == six.number + 1 == 7
+    assert stages.index(seven) == stages.index(six) + 1 and seven.number == six.number + 1 == 7
     assert (seven.block_m, seven.block_n, seven.head_dim) == (64, 128, 128) and seven.deterministic
     assert seven.threads == six.threads == 384
     assert [(r.name, r.warps, r.registers) for r in seven.roles] == [(r.name, r.warps, r.registers) for r in six.roles]
@@ -205,6 +210,11 @@ def test_stage_07_compiles_as_its_notes_say(tmp_path):
     assert "NANOSLEEP" in sass and "REDG.E.ADD.S32.STRONG.GPU" in sass  # the deterministic turns (stage 05's)
     assert len(sass.splitlines()) == 3000
 
+    _assert_the_loop_s_order(sass)
+
+
+def _assert_the_loop_s_order(sass: str) -> None:
+    """Stage 07's order in the loop's SASS (08 keeps it)."""
     # The idea, in the loop's SASS: between a dQ product (dSᵀ read transposed) and the stores of its
     # share, the next step's Sᵀ (K-major operands) and a wait that leaves one group in flight; after
     # the stores, dPᵀ. The last step's copy stores after a wait for everything.
@@ -245,5 +255,101 @@ def test_stage_07_s_trace_points_leave_the_sass_alone_and_its_traced_build_recor
     for remark in REMARKS:
         assert remark not in ptxas, f"the traced build serialised or waited on the wgmmas: {ptxas}"
     assert int(re.search(r"(\d+) bytes spill stores", ptxas).group(1)) == 36  # stage 06's traced build: 8
+    assert "CS2R" in sass and "STG.E.128" in sass  # the clock reads and the 16-byte rows
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
+
+
+# --- stage 08: a softmax without branches -----------------------------------------------------------
+
+EIGHT = "08_mask-select"
+FUNCTION = "__device__ __forceinline__ void softmax_gradient("
+
+
+def _split_softmax(source: str) -> tuple[str, str, str]:
+    """(the source before softmax_gradient's comment, the function (comment included), the source after it)."""
+    start = source.index(FUNCTION)
+    comment = source.rindex("\n\n", 0, start) + 2  # the comment block right above the function
+    end = source.index("\n}\n", start) + 3
+    return source[:comment], source[comment:end], source[end:]
+
+
+def test_stage_08_is_stage_07_but_for_the_softmax_s_exponent_loop():
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    seven, eight = _stage(SEVEN), _stage(EIGHT)
+    assert stages[-1].dir.name == EIGHT and stages[-2].dir.name == SEVEN and eight.number == 8
+    # the spec: 07's but for the change's words in the consumers' tasks and the title
+    assert (eight.threads, eight.smem, eight.smem_bytes, eight.diagram) == (seven.threads, seven.smem, seven.smem_bytes,
+                                                                            seven.diagram)
+    assert eight.schedule == seven.schedule and eight.roles[0] == seven.roles[0]
+    assert [(r.name, r.warps, r.registers) for r in eight.roles] == [(r.name, r.warps, r.registers) for r in seven.roles]
+    # the source: 07's outside softmax_gradient; inside it, 07's but for the loop between the softmax's trace points
+    before7, function7, after7 = _split_softmax(seven.kernel_path.read_text())
+    before8, function8, after8 = _split_softmax(eight.kernel_path.read_text())
+    assert (before8, after8) == (before7, after7)
+    head, tail = "TRACE_BEGIN(softmax);", "TRACE_END(softmax, 0, step);"
+    assert function8[function8.index(FUNCTION):function8.index(head)] == function7[function7.index(FUNCTION):function7.index(head)]
+    assert function8[function8.index(tail):] == function7[function7.index(tail):]
+    loop7 = function7[function7.index(head):function7.index(tail)]
+    loop8 = function8[function8.index(head):function8.index(tail)]
+    assert "!masked ||" in loop7 and "visible ?" in loop7  # 07: the short-circuit mask per element
+    assert "if (!masked) {" in loop8 and "first_col[i % 4 / 2] ? x : -INFINITY" in loop8 and "||" not in loop8
+
+
+def test_stage_08_compiles_as_its_notes_say(tmp_path):
+    stage = _stage(EIGHT)
+    ptxas, sass = _compile(stage, stage.kernel_path, tmp_path / "eight.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, f"ptxas serialised or waited on the wgmmas: {ptxas}"
+    assert "0 bytes spill stores, 0 bytes spill loads" in ptxas, ptxas
+    assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168  # 65536 / 384 at launch
+    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL\s+0x18\b", sass)  # the producer: 24 registers
+    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL\s+\w+,\s*0xf0\b", sass)  # the consumers: 240
+    # stage 07's gemms and waits on them: the prologue, the loop, the last step
+    assert sass.count("HGMMA.64x64x16") == 48 and sass.count("HGMMA.64x128x16") == 16
+    assert sass.count("WARPGROUP.ARRIVE") == 8
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
+    assert sass.count("STS.128") == 16 and sass.count("BAR.SYNC") == 5
+    assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x1, 0x100") == 2 and sass.count("BAR.SYNC.DEFER_BLOCKING 0x2, 0x100") == 2
+    assert sass.count("UBLKRED.G.S.ADD.F32") == 1 and "REDG.E.ADD.F32" not in sass
+    assert "NANOSLEEP" in sass and "REDG.E.ADD.S32.STRONG.GPU" in sass  # the deterministic turns (stage 05's)
+    # the change: two exponent loops (unmasked, masked) in the prologue's and the loop's softmax, 4 x 32
+    # (07: 2 x 32), one FFMA an exponential; the masked loops' −∞ by a select, not a branch
+    assert sass.count("MUFU.EX2") == 128 and sass.count("FFMA ") == 128
+    assert sass.count("FSEL") == 64 and sass.count("-INF") == 64
+    # the branch regions of 07's mask gone: 73 BSSY there, 9 here (the waits' and the turns')
+    lines = sass.splitlines()
+    assert sum(1 for line in lines if line.startswith("BSSY")) == 9
+    assert sum(1 for line in lines if re.match(r"(@!?U?P\w+\s+)?BRA\b", line)) == 60  # 07: 376
+    assert len(lines) == 2408  # stage 07: 3000
+    _assert_the_loop_s_order(sass)  # dQ, the wait for dV and dK, the next Sᵀ, the wait for dQ, the share, dPᵀ
+
+    # the unmasked loop: from the step's first lse₂ load to its last exponential, only loads, FFMA, MUFU
+    first = lines.index(next(line for line in lines if line.startswith("MUFU.EX2")))
+    start = max(i for i in range(first) if lines[i].startswith("LDS.64"))
+    start = min(i for i in range(start - 12, start + 1) if lines[i].startswith(("LDS.64", "FFMA")))
+    body = lines[start:first + 64]
+    exps = [i for i, line in enumerate(body) if line.startswith("MUFU.EX2")]
+    unmasked = body[:exps[31] + 1]
+    assert {line.split()[0] for line in unmasked} <= {"LDS.64", "FFMA", "MUFU.EX2"}, unmasked
+    assert sum(line.startswith("FFMA") for line in unmasked) == 32
+
+
+def test_stage_08_s_trace_points_leave_the_sass_alone_and_its_traced_build_records(tmp_path):
+    from test_trace_points import without_trace_points
+
+    stage = _stage(EIGHT)
+    source = stage.kernel_path.read_text()
+    assert '#include "../common/trace_backward.cuh"' in source and "TRACE_END(softmax, 0, step);" in source
+    stripped = tmp_path / "kernels" / "attention_backward" / f"{EIGHT}-without" / "kernel.cu"
+    shutil.copytree(lineage.ATTENTION_DIR / "common", tmp_path / "kernels" / "attention" / "common")
+    shutil.copytree(lineage.BACKWARD_DIR / "common", tmp_path / "kernels" / "attention_backward" / "common")
+    stripped.parent.mkdir()
+    stripped.write_text(without_trace_points(source))
+    with_points = _compile(stage, stage.kernel_path, tmp_path / "with.fatbin")[1]
+    assert with_points == _compile(stage, stripped, tmp_path / "without.fatbin")[1]
+    ptxas, sass = _compile(stage, stage.kernel_path, tmp_path / "traced.fatbin", traced=True)
+    for remark in REMARKS:
+        assert remark not in ptxas, f"the traced build serialised or waited on the wgmmas: {ptxas}"
+    assert int(re.search(r"(\d+) bytes spill stores", ptxas).group(1)) == 8  # stage 07's traced build: 36
     assert "CS2R" in sass and "STG.E.128" in sass  # the clock reads and the 16-byte rows
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3

@@ -28,9 +28,13 @@ def stages() -> list[lineage.Stage]:
     return lineage.discover(lineage.BACKWARD_DIR)
 
 
-def test_stage_07_is_the_lineage_s_last_and_its_figures_draw(stages):
-    seven, six = stages[-1], stages[-2]
-    assert (seven.dir.name, six.dir.name) == (SEVEN, "06_warp-specialized")
+def _named(stages, name):
+    return next(s for s in stages if s.dir.name == name)
+
+
+def test_stage_07_follows_06_and_its_figures_draw(stages):
+    seven, six = _named(stages, SEVEN), _named(stages, "06_warp-specialized")
+    assert stages.index(seven) == stages.index(six) + 1 and seven.number == 7
     figures = backward_diagrams(seven, stages)
     assert [d.kind for d in figures] == [d.kind for d in backward_diagrams(six, stages)]
     assert len(figures) == 4
@@ -89,7 +93,7 @@ def test_the_committed_results_and_the_benchmark_section_agree():
     """Until `python -m bench --what backward` has timed stage 07, its section says so; once it has,
     it gives the table."""
     stages = lineage.discover(lineage.BACKWARD_DIR)
-    seven, six = stages[-1], stages[-2]
+    seven, six = _named(stages, SEVEN), _named(stages, "06_warp-specialized")
     files = results.load_indexed(REPO / "bench" / "results")
     section = numbers.stage_section(seven, six, {s.id: s.source_hash() for s in stages}, files)
     assert (numbers.NOT_MEASURED in section) == (not any(numbers.measured(seven, f) for f in files))
