@@ -283,8 +283,11 @@ def test_stage_08_is_stage_07_but_for_the_softmax_s_exponent_loop():
     assert eight.schedule == seven.schedule and eight.roles[0] == seven.roles[0]
     assert [(r.name, r.warps, r.registers) for r in eight.roles] == [(r.name, r.warps, r.registers) for r in seven.roles]
     # the source: 07's outside softmax_gradient; inside it, 07's but for the loop between the softmax's trace points
-    before7, function7, after7 = _split_softmax(seven.kernel_path.read_text())
-    before8, function8, after8 = _split_softmax(eight.kernel_path.read_text())
+    # (the header comment above the first #include is each stage's own)
+    source7, source8 = (s.kernel_path.read_text() for s in (seven, eight))
+    assert source8.startswith("// Backward stage 08") and source7.startswith("// Backward stage 07")
+    before7, function7, after7 = _split_softmax(source7[source7.index("#include"):])
+    before8, function8, after8 = _split_softmax(source8[source8.index("#include"):])
     assert (before8, after8) == (before7, after7)
     head, tail = "TRACE_BEGIN(softmax);", "TRACE_END(softmax, 0, step);"
     assert function8[function8.index(FUNCTION):function8.index(head)] == function7[function7.index(FUNCTION):function7.index(head)]

@@ -1,16 +1,16 @@
-// Backward stage 07 — the next step's Sᵀ ahead of this step's dQ share: the tensor cores are fed across the step's end.
+// Backward stage 08 — a softmax without branches: the exponentials of Pᵀ as straight-line code.
 //
-// Stage 06's roles, unchanged: a producer warpgroup (a load warp: K and V once, Q, dO and the row
-// statistics two stages deep on full and empty mbarriers; a dQ warp per consumer: the bulk
-// reduce-adds, in key order when deterministic) and two consumer warpgroups of 240 registers that
-// only compute and meet each other at two named barriers around dSᵀ. What changes is the consumers'
-// order within a step. In stage 06 each consumer, after issuing its dQ product, waited for it,
-// stored its dQ share and only then issued the next step's Sᵀ and dPᵀ; the two consumers, held in
-// step by the dSᵀ barriers, did so at the same time, and the tensor cores ran dry from the dQ
-// products' end to the next Sᵀ. Here step i + 1's Sᵀ is issued right behind step i's dQ (once dV
-// and dK have retired, which frees Pᵀ and dSᵀ's registers), and the dQ share is stored while it
-// runs; dPᵀ (i + 1) follows the stores and runs beside the softmax, as before. The loop turns where
-// no wgmma is in flight (after a step's softmax and dSᵀ): see consumer_role.
+// Stage 07's kernel: its roles (a producer warpgroup with a load warp and a dQ warp per consumer; two
+// consumer warpgroups of 240 registers that only compute and meet at two named barriers around
+// dSᵀ) and its order (step i + 1's Sᵀ issued right behind step i's dQ, the dQ share stored while it
+// runs). What changes is one loop of softmax_gradient. Stage 07 wrote each element's mask as
+// `visible = !masked || (key < len_k && (!causal || key <= query + offset))`, and ptxas kept C++'s
+// short-circuit evaluation as branches: two or three per element, taken on every step, mask or not
+// (a convergence barrier, a branch and its wait around each FFMA and MUFU.EX2). Here a step without
+// a mask runs a loop of one FFMA and one MUFU.EX2 an element; a masked step (the diagonal, the key
+// block that holds len_k) compares each element's column with one threshold per key row and sends a
+// hidden element through ex2 from −∞ (2^−∞ = +0). The choice is one branch a step, on a value every
+// thread of the CTA holds alike. See notes.md for what it measured.
 //
 // Stages 03-06's: a CTA of two consumer warpgroups holds 128 keys (64 each);
 //   Sᵀ  = K Qᵀ   and  dPᵀ = V dOᵀ   (M = the warpgroup's 64 keys, N = 64 queries; A, B from shared)
