@@ -44,9 +44,13 @@ constexpr int CONSUMERS = 2;   // warpgroups per CTA, 64 keys each
 constexpr int WG_KEYS = BLOCK_N / CONSUMERS;
 constexpr int CONSUMER_THREADS = CONSUMERS * 128;
 constexpr int NUM_THREADS = 128 + CONSUMER_THREADS;  // warpgroup 0 produces, warpgroups 1 and 2 consume
-constexpr int PRODUCER_REGS = 32;   // setmaxnreg.dec: the producer's two threads keep their addresses and counters (24 spilled here)
+constexpr int PRODUCER_REGS = 24;   // setmaxnreg.dec: 24 x 128 + 240 x 256 = 64,512, the pool of a 168-register launch (32 hung: see ../README.md)
 constexpr int CONSUMER_REGS = 240;  // setmaxnreg.inc: what the producer gave up, for the consumers
-static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file overcommitted");
+// setmaxnreg moves registers within the CTA's pool, what the launch gave it: NUM_THREADS x the
+// registers a thread gets at launch (65536 / 384 = 170, allocated in eights: 168), not the 65,536 of
+// the SM. Asking for more makes setmaxnreg.inc wait for registers no warp will free: a hang.
+static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= NUM_THREADS * (65536 / NUM_THREADS / 8 * 8),
+              "setmaxnreg asks for more registers than the launch gave the CTA");
 constexpr int Q_STAGES = 2;    // Q and dO of step i + 1 land while step i computes
 constexpr int BOX_COLS = 64;   // a 128-byte swizzled box row holds 64 bf16: a 128-wide tile is two boxes
 constexpr int SWIZZLE_ATOM = 1024;  // 8 rows x 128 bytes: the SBO of every descriptor
