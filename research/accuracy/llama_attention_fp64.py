@@ -15,12 +15,11 @@ the largest |ref|, for O, dQ, dK and dV.
 """
 from __future__ import annotations
 
-import math
 import sys
 
+import hopattn
 import torch
 import torch.nn.functional as F
-import hopattn
 
 LAYERS = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 LENGTH = int(sys.argv[2]) if len(sys.argv) > 2 else 8192
@@ -112,8 +111,8 @@ def main() -> None:
     for i, e in enumerate(seen):
         q, k, v, dout, scale = e["q"], e["k"], e["v"], e["dout"], e["scale"]
         ref = reference(q, k, v, dout, scale)
-        a = bf16_grads(lambda q_, k_, v_: sdpa(q_, k_, v_, scale), q, k, v, dout)
-        b = bf16_grads(lambda q_, k_, v_: hop(q_, k_, v_, scale), q, k, v, dout)
+        a = bf16_grads(lambda q_, k_, v_, scale=scale: sdpa(q_, k_, v_, scale), q, k, v, dout)
+        b = bf16_grads(lambda q_, k_, v_, scale=scale: hop(q_, k_, v_, scale), q, k, v, dout)
         for n, r, x, y in zip(names, ref, a, b):
             ea, eb = errors(x, r), errors(y, r)
             totals[n][0] += ea[0] / len(seen)

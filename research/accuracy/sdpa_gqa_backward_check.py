@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
 from llama_attention_fp64 import errors, reference  # noqa: E402  (same folder)
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 B, H, KVH, L, D = 1, 32, 8, 8192, 128
 gen = torch.Generator(device="cuda").manual_seed(1)

@@ -20,7 +20,7 @@ gen = torch.Generator(device="cuda").manual_seed(8192)
 q, k, v, dout = (torch.randn(B, L, H, 128, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(4))
 for causal in (False, True):
     qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    for rep in range(3 if "--warm" in sys.argv else 2):  # the first call compiles (cute DSL JIT)
+    for _ in range(3 if "--warm" in sys.argv else 2):  # the first call compiles (cute DSL JIT)
         out = flash_attn_func(qq, kk, vv, causal=causal)
         out = out[0] if isinstance(out, tuple) else out
         torch.autograd.grad(out, (qq, kk, vv), dout)
