@@ -49,7 +49,7 @@ def test_a_draft_compiles_as_its_readme_says(tmp_path, draft, eight_sass):
     assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168
     assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL\s+0x18\b", sass)  # the producer back at 24
     assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL\s+\w+,\s*0xf0\b", sass)  # the consumers at 240
-    assert re.search(r"(\d+) bytes spill stores", ptxas).group(1) == "12"  # the producer's, the README says
+    assert set(re.findall(r"(\d+) bytes spill stores", ptxas)) == {"0"}  # the dQ warps' addresses advanced, not recomputed
     # 08's products and waits, unchanged
     for what in ("HGMMA.64x64x16", "HGMMA.64x128x16", "WARPGROUP.DEPBAR.LE gsb0, 0x1", "WARPGROUP.DEPBAR.LE gsb0, 0x0"):
         assert sass.count(what) == eight_sass.count(what), what

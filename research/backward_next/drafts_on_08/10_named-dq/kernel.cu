@@ -325,22 +325,25 @@ __device__ void load_role(const AttnBwdParams& p, const Smem& s, const Steps& st
 // Deterministic: in turn (last key block first), each reduce-add complete before the next turn.
 __device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& steps, int c TRACE_PARAM) {
     const bool deterministic = p.deterministic != 0;
+    // The step's accumulator block and turn counter, advanced by pointer steps rather than recomputed
+    // from (head, q0): recomputing them needed more than the producer's 24 registers (12 B spilled).
+    const int q_blocks = steps.rows / BLOCK_M;
+    const int64_t bh0 = (int64_t)steps.batch * p.heads + steps.head(0);
+    float* dq_block = p.dq_accum + ((bh0 * steps.rows + steps.first_block * BLOCK_M) * 2 + c * BLOCK_M) * BOX_COLS;
+    int* turn = dq_turns(p) + (bh0 * q_blocks + steps.first_block) * CONSUMERS + c;
+    int in_head = 0;  // the step's query block, counted from first_block
     for (int step = 0; step < steps.count(); ++step) {
         const int b = step % DQ_BUFFERS;
-        const int64_t bh = (int64_t)steps.batch * p.heads + steps.head(step);
-        const int q0 = steps.q0(step);
         TRACE_BEGIN(wait_dq_tile);
         named_barrier_sync<DQ_HANDOVER_THREADS>(dq_full_bar(c, b));
         TRACE_END(wait_dq_tile, 0, step);
-        int* turn = dq_turns(p) + (bh * (steps.rows / BLOCK_M) + q0 / BLOCK_M) * CONSUMERS + c;
         if (deterministic) {
             TRACE_BEGIN(wait_turn);
             wait_for_turn(turn, steps.key_block);
             TRACE_END(wait_turn, 0, step);
         }
         TRACE_BEGIN(add_dq);
-        bulk_reduce_add_f32(p.dq_accum + ((bh * steps.rows + q0) * 2 + c * BLOCK_M) * BOX_COLS, s.dq_tile(c, b),
-                            DQ_TILE_BYTES);
+        bulk_reduce_add_f32(dq_block, s.dq_tile(c, b), DQ_TILE_BYTES);
         bulk_commit_group();
         TRACE_END(add_dq, 0, step);
         if (deterministic) {  // done, then the next key block's turn, and the tile back
@@ -356,6 +359,12 @@ __device__ void dq_role(const AttnBwdParams& p, const Smem& s, const Steps& step
             if (step + 1 < steps.count()) named_barrier_arrive<DQ_HANDOVER_THREADS>(dq_empty_bar(c, (step - 1) % DQ_BUFFERS));
             TRACE_END(wait_dq_read, 0, step - 1);
         }
+        // Next: the following query block of this head, or the first one of the next head.
+        const bool head_done = ++in_head == steps.blocks;
+        const int64_t block_step = head_done ? int64_t(q_blocks - steps.blocks + 1) : 1;
+        dq_block += block_step * BLOCK_M * 2 * BOX_COLS;
+        turn += block_step * CONSUMERS;
+        if (head_done) in_head = 0;
     }
     bulk_wait_group_read<0>();  // the last tile is read before the CTA may exit
 }
