@@ -390,3 +390,70 @@ def test_wan_gradients_through_hopattns_ops_on_meta_tensors():
         assert model.blocks[0].attn1.to_q.weight.grad.shape == model.blocks[0].attn1.to_q.weight.shape
     finally:
         hop_df.unregister()
+
+
+def _sdpa_switches() -> dict:
+    b = torch.backends.cuda
+    return {"flash": b.flash_sdp_enabled(), "efficient": b.mem_efficient_sdp_enabled(), "math": b.math_sdp_enabled(),
+            "cudnn": b.cudnn_sdp_enabled()}
+
+
+def test_a_fallback_with_a_gradient_runs_sdpa_without_cudnn_and_keeps_the_callers_switches():
+    before = _sdpa_switches()
+    with routing.sdpa_for_gradients(False):  # inference: SDPA's own choice
+        assert _sdpa_switches() == before
+    with routing.sdpa_for_gradients(True):
+        assert _sdpa_switches() == {**before, "cudnn": False}
+    assert _sdpa_switches() == before
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH, SDPBackend.CUDNN_ATTENTION]):  # the caller turned flash off
+        with routing.sdpa_for_gradients(True):
+            assert _sdpa_switches() == {"flash": False, "efficient": False, "math": True, "cudnn": False}
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):  # cuDNN alone, as the caller asked: kept
+        with routing.sdpa_for_gradients(True):
+            assert _sdpa_switches()["cudnn"] is True
+
+
+@needs_tf
+def test_transformers_training_fallback_runs_sdpa_without_cudnn(monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    seen = []
+    real = sdpa_attention.sdpa_attention_forward
+
+    def spy(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", spy)  # before register: it is looked up there
+    kern, _ = cpu_hopattn(monkeypatch, gqa=True)
+    hop_tf.register(kernel=kern)
+    try:
+        model = tiny_llama(attention_dropout=0.1).train()
+        ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(3))
+        with routing.track() as report:
+            llama_step(model, ids, "hopattn")
+        assert report.fallbacks == {DROPOUT: 2} and seen == [False, False]
+        with torch.no_grad():  # still dropout (train mode), no gradient: SDPA's own choice
+            model(ids)
+        assert seen[2:] == [torch.backends.cuda.cudnn_sdp_enabled()] * 2
+    finally:
+        hop_tf.unregister()
+
+
+@needs_df
+def test_diffusers_training_fallback_runs_native_without_cudnn(df_registered, monkeypatch):
+    seen = []
+    real = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE]
+
+    def spy(**kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real(**kwargs)
+
+    monkeypatch.setitem(ad._AttentionBackendRegistry._backends, ad.AttentionBackendName.NATIVE, spy)
+    q = torch.randn(1, 8, 2, 128, dtype=BF16, requires_grad=True)
+    ad.dispatch_attention_fn(q, q, q, dropout_p=0.1, backend=ad.AttentionBackendName("hopattn")).sum().backward()
+    with torch.no_grad():
+        ad.dispatch_attention_fn(q, q, q, dropout_p=0.1, backend=ad.AttentionBackendName("hopattn"))
+    assert seen == [False, torch.backends.cuda.cudnn_sdp_enabled()]

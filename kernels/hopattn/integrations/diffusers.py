@@ -20,8 +20,8 @@ are counted (strict=False) or raise RoutingError (strict=True).
 
 Training: a call that needs a gradient (a transformer whose parameters require grad, grad mode on)
 is served where hopattn's backward serves its head dim (128; at another, "gradient needed at head
-dim N ..." sends it to the native backend, whose gradient it gets), and its gradients come from
-hopattn's backward. ``register(deterministic=True)`` gives gradients identical bit for bit run to
+dim N ..." sends it to the native backend, whose gradient it gets, run without SDPA's cuDNN
+backend: ``routing.sdpa_for_gradients``), and its gradients come from hopattn's backward. ``register(deterministic=True)`` gives gradients identical bit for bit run to
 run; None (default) follows ``torch.use_deterministic_algorithms``. Double backward is not
 supported (the second backward raises, see hopattn.integrations.transformers).
 
@@ -147,9 +147,10 @@ def make_backend(kernel: Kernel, strict: bool, deterministic: bool | None = None
             reason = f"scale {scale} (the kernel takes a positive scale)"
         if reason is not None:
             routing.refuse_or_record(kernel.name, shape, reason, strict, target=NATIVE)
-            return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
-                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
-                          _parallel_config=_parallel_config)
+            with routing.sdpa_for_gradients(grad):  # not cuDNN's backward: see routing.sdpa_for_gradients
+                return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
+                              is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
+                              _parallel_config=_parallel_config)
         scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
         out, mode = routing.serve(kernel, query, k_run, v_run, causal=causal, scale=scale, layout="bshd",
                                   deterministic=exact)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -197,6 +197,25 @@ def record(shape: CallShape, mode: str | None = None, reason: str | None = None,
 def needs_grad(*tensors: torch.Tensor) -> bool:
     """Whether autograd would record this call: grad mode on and some input that requires grad."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def sdpa_for_gradients(grad: bool):
+    """The context a fallback to torch SDPA runs in. A call that needs a gradient runs without SDPA's
+    cuDNN backend: torch 2.11's cuDNN attention backward returns gradients 1.4 (relative) from
+    float64 for q, k, v given as BHSD views of BSHD memory, which is what transformers passes
+    (research/accuracy/README.md); the flash, memory-efficient and math backends are right there.
+    Those three keep torch's order of preference and the caller's own switches (one turned off stays
+    off); a caller who left SDPA nothing but cuDNN keeps it, as asked. Inference calls keep SDPA's
+    choice: its forward is right everywhere."""
+    if not grad:
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    enabled = [(SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_enabled()),
+               (SDPBackend.EFFICIENT_ATTENTION, torch.backends.cuda.mem_efficient_sdp_enabled()),
+               (SDPBackend.MATH, torch.backends.cuda.math_sdp_enabled())]
+    allowed = [backend for backend, on in enabled if on]
+    return sdpa_kernel(allowed) if allowed else nullcontext()
 
 
 def wants_deterministic(option: bool | None) -> bool:

@@ -28,7 +28,9 @@ an input that requires grad) is served like any other where hopattn's backward s
 come from that backward; at another head dim it goes to SDPA ("gradient needed at head dim N (the
 backward serves 128)"), whose gradient it gets. What the forward cannot serve falls back as in
 inference; so does attention dropout, which transformers passes only in training
-(``attention_dropout`` > 0 with ``model.train()``): SDPA applies it, as the model asked.
+(``attention_dropout`` > 0 with ``model.train()``): SDPA applies it, as the model asked. A fallback
+that needs a gradient runs SDPA without its cuDNN backend, whose backward is wrong on torch 2.11 for
+the strided q, k, v transformers passes (``routing.sdpa_for_gradients``).
 ``register(deterministic=True)`` gives gradients identical bit for bit run to run (hopattn's
 backward without atomics); the default, None, follows ``torch.use_deterministic_algorithms``, and a
 model that passes ``deterministic=True`` to its attention gets it too. Gradient checkpointing works
@@ -112,8 +114,9 @@ def make_attention_function(kernel: Kernel, strict: bool, deterministic: bool | 
             routing.refuse_or_record(kernel.name, shape, reason, strict, target=target)
             if target == EAGER:
                 return _eager(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
-            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                          scaling=scaling, is_causal=is_causal, **kwargs)
+            with routing.sdpa_for_gradients(grad):  # not cuDNN's backward: see routing.sdpa_for_gradients
+                return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                              scaling=scaling, is_causal=is_causal, **kwargs)
         if keys < key.shape[2]:
             key, value = key[:, :, :keys], value[:, :, :keys]
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
