@@ -46,6 +46,11 @@ def test_llama_training_step_matches_sdpa_and_float32(trainer, layers, batch, le
                  length=length)
 
 
+def test_llama_training_fallback_gets_sdpas_gradients_without_cudnn(trainer):
+    trainer.call("llama_fallback_gradients", label=f"Llama at head dim 64, training calls sent to SDPA, "
+                 f"vs float32, seed {GPU_SEED}", timeout=CASE_S, seed=GPU_SEED)
+
+
 def test_llama_deterministic_gradients_are_identical_run_to_run(trainer):
     trainer.call("llama_deterministic", label=f"Llama, register(deterministic=True), two steps, seed {GPU_SEED}",
                  timeout=CASE_S, seed=GPU_SEED)

@@ -88,11 +88,11 @@ struct HeadDimTile<64> {
 };
 
 template <>
-struct HeadDimTile<96> {  // head dim 128's tile: Q, K and V rows are two boxes, the second half zeros
+struct HeadDimTile<96> {  // head dim 128's tile: Q, K and V rows are two boxes, the second half zeros (not multiplied)
     static constexpr int HEAD_DIM = 96;
     static constexpr int HEAD_DIM_V = 96;
     static constexpr int CONSUMERS = 2;
-    static constexpr int BLOCK_N = 128;       // O 64 (96 columns and 32 of zeros) + S 64 + P 32 of 240
+    static constexpr int BLOCK_N = 128;       // O 48 + S 64 + P 32 registers of 240
     static constexpr int KV_STAGES = 2;
     static constexpr int Q_STAGES = 2;        // 224 KB, as head dim 128's
     static constexpr int O_BUFFERS = 1;
@@ -181,7 +181,8 @@ static constexpr int CONSUMER_REGS = Tile::CONSUMER_REGS;  // setmaxnreg.inc: wh
 static constexpr int BOX_COLS = 64;  // a 128-byte swizzled box row holds 64 bf16: a tile is boxes side by side
 static constexpr int BOXES = (HEAD_DIM + BOX_COLS - 1) / BOX_COLS;  // boxes of a Q or K tile
 static constexpr int V_BOXES = (HEAD_DIM_V + BOX_COLS - 1) / BOX_COLS;  // boxes of a V or O tile
-static constexpr int V_TILE_COLS = V_BOXES * BOX_COLS;  // columns of O in registers and in its staging (96: 128)
+static constexpr int V_TILE_COLS = V_BOXES * BOX_COLS;  // columns of a V tile and of O's staging (96: 128)
+static constexpr int O_COLS = HEAD_DIM_V;  // columns of O in registers: the PV product's N (96: box 0 and half of box 1)
 static constexpr int Q_BOX_BYTES = BLOCK_M * BOX_COLS * 2;
 static constexpr int Q_TILE_BYTES = BOXES * Q_BOX_BYTES;
 static constexpr int K_TILE_BYTES = BOXES * BLOCK_N * BOX_COLS * 2;
@@ -194,7 +195,7 @@ static constexpr int SMEM_BYTES =
 
 static constexpr int K_STEPS = HEAD_DIM / 16;  // k-steps of the QKᵀ product
 static constexpr int S_REGS = BLOCK_N / 2;     // fp32 accumulators per thread of S (64 x BLOCK_N per warpgroup)
-static constexpr int O_REGS = V_TILE_COLS / 2;  // fp32 accumulators per thread of O (64 x V_TILE_COLS)
+static constexpr int O_REGS = O_COLS / 2;  // fp32 accumulators per thread of O (64 x O_COLS)
 static constexpr int P_REGS = BLOCK_N / 4;     // bf16x2 registers per thread of P (64 x BLOCK_N): S's, halved
 static constexpr int PV_STEPS = BLOCK_N / 16;  // k-steps of the PV product, four of P's registers each
 // The Q descriptors of a turn's K_STEPS k-steps do not change within an output tile, and the compiler
@@ -674,7 +675,7 @@ struct Softmax {
             #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 #pragma unroll
-                for (int j = 0; j < V_TILE_COLS / 8; ++j) {
+                for (int j = 0; j < O_COLS / 8; ++j) {
                     o_acc[4 * j + 2 * half] *= correction[half];
                     o_acc[4 * j + 2 * half + 1] *= correction[half];
                 }
@@ -792,8 +793,9 @@ struct ConsumerMainloop : TraceRefs {
         wgmma_commit();
     }
 
-    // O += P V (64 x V_TILE_COLS per warpgroup, all reading the same V): PV_STEPS k-steps of 16 keys,
-    // one wgmma group (of N = V_TILE_COLS, picked by the size of O). P (A) comes from registers, four
+    // O += P V (64 x O_COLS per warpgroup, all reading the same V): PV_STEPS k-steps of 16 keys,
+    // one wgmma group (of N = O_COLS, picked by the size of O; at head dim 96 it reads the first 96
+    // of the two boxes' 128 columns, the rest being the zeros the copy engine filled in). P (A) comes from registers, four
     // per thread and step. V (B) is MN-major — row k of B is row k of V, head-dim contiguous — so the
     // transpose bit is set; a step is 16 V rows = two 1024-byte atoms apart by SBO, and the 64-column
     // boxes of V are LBO = one box apart.
@@ -1055,8 +1057,8 @@ struct Epilogue : TraceRefs {
         // A warp's 32 stores of one (j, half) hit 8 rows x 4 quads: 8 distinct chunks (the XOR with
         // 8 distinct groups) x 4 words = 32 distinct banks, no conflict.
         #pragma unroll
-        for (int j = 0; j < V_TILE_COLS / 8; ++j) {
-            #pragma unroll
+        for (int j = 0; j < O_COLS / 8; ++j) {  // (96: box 1's last 32 columns are left as they are; the
+            #pragma unroll                         // store reads them, and the copy engine drops what is past 96)
             for (int half = 0; half < 2; ++half) {
                 const int r = (warp % 4) * 16 + group + 8 * half;
                 const uint32_t addr = o_stage + (j / 8) * O_BOX_STRIDE + r * 128 +

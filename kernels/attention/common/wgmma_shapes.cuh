@@ -1,7 +1,7 @@
 // The wgmma shapes of the head dims (sm_90a only), and one name for each product whatever its N.
 // Introduced by stage 24, whose tile depends on the head dim: the N of S = Q Kᵀ is the K/V tile's
-// BLOCK_N (128; 96 at head dim 64, 80 at 256) and the N of O += P V is V's head dim (64, 128 or
-// 256; head dim 96's V is two boxes wide, 128).
+// BLOCK_N (128; 96 at head dim 64, 80 at 256) and the N of O += P V is V's head dim (64, 96, 128
+// or 256; head dim 96's V is two boxes wide in shared memory, and its PV reads 96 of their 128 columns).
 // wgmma.cuh and wgmma_rs.cuh have the instruction's fences, descriptors and accumulator layout;
 // here are the shapes they lack, and overloads that pick the instruction from the size of the
 // accumulator array (N / 2 fp32 per thread), so that a kernel templated on its tile calls
@@ -84,6 +84,34 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], uint32_t
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
 
+// D (64 x 96 fp32, 48 registers per thread) = A (64 x 16, four bf16x2 registers per thread) ·
+// B (16 x 96, shared memory) [+ D]: head dim 96's PV, whose MN-major V spans one whole 64-column box
+// and the first half of the next (LBO apart).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n96k16_bf16_rs(float (&d)[48], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                         uint32_t a3, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %53, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39,"
+        "%40, %41, %42, %43, %44, %45, %46, %47"
+        "}, {%48, %49, %50, %51}, %52, p, 1, 1, %54;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
 // D (64 x 256 fp32, 128 registers per thread) = A (64 x 16, four bf16x2 registers per thread) ·
 // B (16 x 256, shared memory) [+ D].
 template <int TRANS_B>
@@ -150,6 +178,11 @@ template <int TRANS_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc_b, int accumulate) {
     wgmma_m64n64k16_bf16_rs<TRANS_B>(d, a0, a1, a2, a3, desc_b, accumulate);
+}
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs(float (&d)[48], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint64_t desc_b, int accumulate) {
+    wgmma_m64n96k16_bf16_rs<TRANS_B>(d, a0, a1, a2, a3, desc_b, accumulate);
 }
 template <int TRANS_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
