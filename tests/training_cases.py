@@ -178,7 +178,6 @@ def llama_deterministic(seed: int) -> dict:
 
 def _wan_step(model, inputs, target, backend) -> tuple[float, dict]:
     from diffusers.models import attention_dispatch as ad
-
     from hopattn.integrations import routing
 
     model.zero_grad(set_to_none=True)
