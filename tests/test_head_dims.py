@@ -99,10 +99,11 @@ def test_each_tile_fits_the_shared_memory_and_the_register_file(s24, head_dim):
     assert c["BLOCK_M"] == 64 * c["CONSUMERS"] and c["NUM_THREADS"] == 128 * (1 + c["CONSUMERS"])
     assert c["SMEM_BYTES"] <= SMEM_LIMIT, f"{c['SMEM_BYTES']} bytes of shared memory"
     assert 128 * c["PRODUCER_REGS"] + 128 * c["CONSUMERS"] * c["CONSUMER_REGS"] <= REGISTER_FILE  # setmaxnreg
-    # A consumer thread's share of O (the V tile's columns), S and P, with room for the rest (addresses,
-    # the rows' state, the rings' phases: about 50 registers; ptxas -v, in test_stage24_sass.py, decides).
-    v_cols = 64 * math.ceil(c["HEAD_DIM_V"] / 64)
-    assert (c["O_REGS"], c["S_REGS"], c["P_REGS"]) == (v_cols // 2, c["BLOCK_N"] // 2, c["BLOCK_N"] // 4)
+    # A consumer thread's share of O (V's head dim: at 96 the PV reads 96 of the V tile's 128 columns,
+    # no product over its zeros), S and P, with room for the rest (addresses, the rows' state, the
+    # rings' phases: about 50 registers; ptxas -v, in test_stage24_sass.py, decides).
+    assert c["V_TILE_COLS"] == 64 * math.ceil(c["HEAD_DIM_V"] / 64)
+    assert (c["O_REGS"], c["S_REGS"], c["P_REGS"]) == (c["HEAD_DIM_V"] // 2, c["BLOCK_N"] // 2, c["BLOCK_N"] // 4)
     assert c["O_REGS"] + c["S_REGS"] + c["P_REGS"] + 48 <= c["CONSUMER_REGS"]
     assert c["BLOCK_N"] % 16 == 0 and c["BLOCK_N"] <= 256 and c["BLOCK_M"] <= 256
 

@@ -202,8 +202,10 @@ def needs_grad(*tensors: torch.Tensor) -> bool:
 def sdpa_for_gradients(grad: bool):
     """The context a fallback to torch SDPA runs in. A call that needs a gradient runs without SDPA's
     cuDNN backend: torch 2.11's cuDNN attention backward returns gradients 1.4 (relative) from
-    float64 for q, k, v given as BHSD views of BSHD memory, which is what transformers passes
-    (research/accuracy/README.md); the flash, memory-efficient and math backends are right there.
+    float64 for q, k, v given as BHSD views of BSHD memory (the layout transformers passes) with an
+    output gradient laid out like the output (research/accuracy/README.md; the models measured so far
+    do not give it that gradient, but a caller's loss can); the flash, memory-efficient and math
+    backends are right there.
     Those three keep torch's order of preference and the caller's own switches (one turned off stays
     off); a caller who left SDPA nothing but cuDNN keeps it, as asked. Inference calls keep SDPA's
     choice: its forward is right everywhere."""

@@ -30,7 +30,8 @@ backward serves 128)"), whose gradient it gets. What the forward cannot serve fa
 inference; so does attention dropout, which transformers passes only in training
 (``attention_dropout`` > 0 with ``model.train()``): SDPA applies it, as the model asked. A fallback
 that needs a gradient runs SDPA without its cuDNN backend, whose backward is wrong on torch 2.11 for
-the strided q, k, v transformers passes (``routing.sdpa_for_gradients``).
+the strided q, k, v transformers passes when the output's gradient is laid out like the output
+(``routing.sdpa_for_gradients``).
 ``register(deterministic=True)`` gives gradients identical bit for bit run to run (hopattn's
 backward without atomics); the default, None, follows ``torch.use_deterministic_algorithms``, and a
 model that passes ``deterministic=True`` to its attention gets it too. Gradient checkpointing works

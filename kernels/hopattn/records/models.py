@@ -26,8 +26,8 @@ torch. The shape of a record:
 Training workloads (``python -m bench.models --training``) use the same form: their errors are
 rel_err_loss (against the SDPA run), rel_err_grads (every weight's gradient together),
 rel_err_grads_attention (the attention modules' weights), rel_err_grads_worst (the worst single
-tensor), the gradients against one step through SDPA's flash backend in the same process (records
-from runs before 2026-12-03 compared them with SDPA's default run, and SDPA's case has none there),
+tensor), the gradients against one step through SDPA's flash backend in the same process (runs before
+20261202T233355Z compared them with SDPA's default run, and SDPA's case has none there),
 and rel_err_grads_rerun (the backend's last timed step against its first). SDPA's case keeps its
 gradient errors, not its loss's (against itself). routing's ``backward`` counts the served calls whose gradient the kernel's backward
 computed, ``deterministic`` those of them through its deterministic backward (both optional: records
