@@ -171,9 +171,9 @@ def _with_backward(torch, forward, inputs, dout):
 def reference_gradients(torch, group, model, inputs) -> dict:
     """A training workload's gradient reference: one step through SDPA pinned to its flash backend
     (FlashAttention-2; math where flash cannot run the call), on the host. Not SDPA's default: on
-    torch 2.11 that is cuDNN, whose backward is 1.4 (relative) from float64 on the strided q, k, v
-    transformers passes (research/accuracy/README.md), so gradients compared with it would measure
-    cuDNN's error. Every backend's gradients, SDPA's default included, are compared with this one."""
+    torch 2.11 that is cuDNN, whose backward can be 1.4 (relative) from float64 on strided inputs
+    (research/accuracy/README.md), and a reference must not be a suspect. Every backend's gradients,
+    SDPA's default included, are compared with this one."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with model_cases.backend(torch, group.library, model, "sdpa"), \

@@ -15,8 +15,8 @@ sliding-window layers, 40 of 48, go to SDPA for every routed backend and are cou
 --training runs the training groups instead of the inference ones (forward, loss and backward
 through each backend on the same weights; the loss compared with SDPA's, the gradients of every
 backend, SDPA's own included, with one step through SDPA's flash backend — not SDPA's default, whose
-cuDNN backward is wrong on torch 2.11 for the strided inputs transformers passes, see
-research/accuracy/README.md): hopattn, SDPA and SDPA's cuDNN backend. A model whose full layer count does not fit a training step in the GPU's
+cuDNN backward can be wrong on torch 2.11 for strided inputs, see research/accuracy/README.md):
+hopattn, SDPA and SDPA's cuDNN backend. A model whose full layer count does not fit a training step in the GPU's
 memory is run with fewer layers, and its record says how many and why.
 
 Each model group runs in its own process (built once; backends switched on the same weights), under

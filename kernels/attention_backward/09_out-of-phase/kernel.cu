@@ -1,5 +1,5 @@
-// Backward draft 11 (on stage 08) — consumers out of phase: each warpgroup's products alternate with
-// the other's on the tensor cores, and one's softmax runs under the other's products.
+// Backward stage 09 — consumers out of phase: each warpgroup's products alternate with the other's on
+// the tensor cores, and one's softmax runs under the other's products.
 //
 // Stage 08's kernel, with its two consumer warpgroups no longer held in step. In 08 both met at two
 // named barriers around dSᵀ each step (the dQ product reads both halves of dSᵀ), so both ran the
@@ -10,7 +10,7 @@
 // it have retired", each long since complete when it is waited on; and the products of a step are
 // issued in turns — warpgroup 0's, then 1's, then 0's next (two named barriers, arrive by one, sync by
 // the other, as the forward's pingpong of stage 13) — so each softmax has the other's products to
-// hide behind. See ../README.md for what it measured.
+// hide behind. See notes.md for what it measured.
 //
 // Stages 03-06's: a CTA of two consumer warpgroups holds 128 keys (64 each);
 //   Sᵀ  = K Qᵀ   and  dPᵀ = V dOᵀ   (M = the warpgroup's 64 keys, N = 64 queries; A, B from shared)
