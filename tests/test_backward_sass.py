@@ -276,7 +276,7 @@ def _split_softmax(source: str) -> tuple[str, str, str]:
 def test_stage_08_is_stage_07_but_for_the_softmax_s_exponent_loop():
     stages = lineage.discover(lineage.BACKWARD_DIR)
     seven, eight = _stage(SEVEN), _stage(EIGHT)
-    assert stages[-1].dir.name == EIGHT and stages[-2].dir.name == SEVEN and eight.number == 8
+    assert [s.dir.name for s in stages].index(EIGHT) == [s.dir.name for s in stages].index(SEVEN) + 1 and eight.number == 8
     # the spec: 07's but for the change's words in the consumers' tasks and the title
     assert (eight.threads, eight.smem, eight.smem_bytes, eight.diagram) == (seven.threads, seven.smem, seven.smem_bytes,
                                                                             seven.diagram)
@@ -356,3 +356,45 @@ def test_stage_08_s_trace_points_leave_the_sass_alone_and_its_traced_build_recor
     assert int(re.search(r"(\d+) bytes spill stores", ptxas).group(1)) == 8  # stage 07's traced build: 36
     assert "CS2R" in sass and "STG.E.128" in sass  # the clock reads and the 16-byte rows
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
+
+
+# --- stage 09: consumers out of phase ---------------------------------------------------------------
+
+NINE = "09_out-of-phase"
+
+
+def test_stage_09_is_08_with_the_exchange_and_the_turns():
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    eight, nine = _stage(EIGHT), _stage(NINE)
+    assert stages[-1].dir.name == NINE and stages[-2].dir.name == EIGHT and nine.number == 9
+    assert (nine.threads, nine.diagram) == (eight.threads, eight.diagram) and nine.roles[0] == eight.roles[0]
+    assert nine.smem_bytes == eight.smem_bytes + 128 * 64 * 2 + 4 * 8 <= 227 * 1024  # a second dSᵀ tile, 4 mbarriers
+    source8, source9 = (s.kernel_path.read_text() for s in (eight, nine))
+    assert source9.startswith("// Backward stage 09")
+    # 08's softmax, untouched; its dSᵀ barriers gone, the turns and the tiles' mbarriers in
+    _, softmax8, _ = _split_softmax(source8[source8.index("#include"):])
+    _, softmax9, _ = _split_softmax(source9[source9.index("#include"):])
+    assert softmax9 == softmax8
+    assert "DS_FULL_BAR" in source8 and "DS_FULL_BAR" not in source9 and "DS_FREE_BAR" not in source9
+    assert "TURN_BAR" in source9 and "s.ds_full" in source9 and "s.ds_free" in source9 and "issue_dq(step - 1)" in source9
+
+
+def test_stage_09_compiles_as_its_notes_say(tmp_path):
+    stage = _stage(NINE)
+    ptxas, sass = _compile(stage, stage.kernel_path, tmp_path / "nine.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, f"ptxas serialised or waited on the wgmmas: {ptxas}"
+    assert "0 bytes spill stores, 0 bytes spill loads" in ptxas, ptxas
+    assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168
+    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL\s+0x18\b", sass)
+    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL\s+\w+,\s*0xf0\b", sass)
+    # 08's products plus the last step's dQ after the loop (8 more m64n64k16)
+    assert sass.count("HGMMA.64x64x16") == 56 and sass.count("HGMMA.64x128x16") == 16
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 5 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 4
+    # the turns: bar.sync on one's own barrier, bar.arrive on the other's (256 threads); no dSᵀ barrier
+    # of 08 (named barriers 1 and 2 with a fixed id)
+    assert len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x100", sass)) == 2
+    assert len(re.findall(r"BAR\.ARV R\d+, 0x100", sass)) == 2
+    assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" not in sass and "BAR.SYNC.DEFER_BLOCKING 0x2, 0x100" not in sass
+    assert sass.count("MUFU.EX2") == 128 and sass.count("UBLKRED.G.S.ADD.F32") == 1
+    assert len(sass.splitlines()) == 2600  # 08: 2408
