@@ -1,5 +1,5 @@
-"""The two drafts on backward stage 08 (research/backward_next/drafts_on_08/, not measured: their first
-GPU run hung, see its README), assembled beside the lineage as they will be when they join and
+"""The two drafts on backward stage 08 (research/backward_next/drafts_on_08/: correct, and not faster
+than 08 in the default mode, see its README), assembled beside the lineage as they will be when they join and
 compiled with the project's flags (nvcc, no GPU): what the README says of them must stay true —
 09_uniform moves descriptors into uniform registers (far fewer R2UR than 08), 10_named-dq hands the
 dQ tiles over on named barriers of 160 threads; both keep 08's wgmmas and waits without a ptxas
