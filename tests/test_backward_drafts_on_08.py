@@ -1,6 +1,6 @@
-"""The two drafts on backward stage 08 (research/backward_next/drafts_on_08/: correct, and not faster
-than 08 in the default mode, see its README), assembled beside the lineage as they will be when they join and
-compiled with the project's flags (nvcc, no GPU): what the README says of them must stay true —
+"""The two drafts on backward stage 08 (research/backward_next/drafts_on_08/, patches of its kernel.cu:
+correct, and not faster than 08 in the default mode, see its README), applied to 08 and compiled with
+the project's flags (nvcc, no GPU): what the README says of them must stay true —
 09_uniform moves descriptors into uniform registers (far fewer R2UR than 08), 10_named-dq hands the
 dQ tiles over on named barriers of 160 threads; both keep 08's wgmmas and waits without a ptxas
 remark; and the check that would have refused the configuration that hung (producer 32 + consumers
@@ -23,14 +23,23 @@ DRAFTS = Path(__file__).resolve().parent.parent / "research" / "backward_next" /
 EIGHT = "08_mask-select"
 
 
-def _tree(tmp_path: Path, draft: str) -> lineage.Stage:
+def patched_stage(tmp_path: Path, drafts: Path, draft: str, base: str) -> lineage.Stage:
+    """Draft ``draft`` (``drafts/<draft>.patch``, a patch of a stage's kernel.cu) as a stage folder of its
+    own beside the lineage's common headers in ``tmp_path``: the base stage's folder, patched, under the
+    draft's name (so its number), as the draft's README says to rebuild it."""
     kernels = tmp_path / "kernels"
     shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
     shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
-    for stage in lineage.discover(lineage.BACKWARD_DIR):
-        shutil.copytree(stage.dir, kernels / "attention_backward" / stage.dir.name)
-    shutil.copytree(DRAFTS / draft, kernels / "attention_backward" / draft)
-    return lineage.load_stage(kernels / "attention_backward" / draft)
+    folder = kernels / "attention_backward" / draft
+    shutil.copytree(lineage.BACKWARD_DIR / base, folder)
+    run = subprocess.run(["patch", "-s", "-p1", "-d", str(folder), "-i", str(drafts / f"{draft}.patch")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, f"{draft}.patch no longer applies to {base}: {run.stdout}{run.stderr}"
+    return lineage.load_stage(folder)
+
+
+def _tree(tmp_path: Path, draft: str) -> lineage.Stage:
+    return patched_stage(tmp_path, DRAFTS, draft, EIGHT)
 
 
 @pytest.fixture(scope="module")

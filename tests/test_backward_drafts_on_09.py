@@ -1,16 +1,16 @@
-"""The draft on backward stage 09 (research/backward_next/drafts_on_09/, not measured), assembled beside
-the lineage and compiled with the project's flags (nvcc, no GPU): 10_short-turn is stage 09 with each
+"""The draft on backward stage 09 (research/backward_next/drafts_on_09/10_short-turn.patch, a patch of its
+kernel.cu; not measured), applied to 09 and compiled with the project's flags (nvcc, no GPU): 10_short-turn is stage 09 with each
 turn's bar.arrive moved up behind the dQ product's issue, so it must keep 09's wgmmas and waits, spill
 nothing, raise no ptxas remark, and end the turn before the wait for dV and dK."""
 
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 from hopattn import lineage
+from test_backward_drafts_on_08 import patched_stage
 from test_backward_next_draft import REMARKS, _compile
 
 pytestmark = pytest.mark.nvcc
@@ -19,18 +19,10 @@ DRAFTS = Path(__file__).resolve().parent.parent / "research" / "backward_next" /
 NINE = "09_out-of-phase"
 
 
-def _tree(tmp_path: Path, draft: str) -> lineage.Stage:
-    kernels = tmp_path / "kernels"
-    shutil.copytree(lineage.ATTENTION_DIR / "common", kernels / "attention" / "common")
-    shutil.copytree(lineage.BACKWARD_DIR / "common", kernels / "attention_backward" / "common")
-    shutil.copytree(DRAFTS / draft, kernels / "attention_backward" / draft)
-    return lineage.load_stage(kernels / "attention_backward" / draft)
-
-
 def test_the_short_turn_keeps_09_s_products_and_ends_the_turn_before_the_wait(tmp_path):
     nine = next(s for s in lineage.discover(lineage.BACKWARD_DIR) if s.dir.name == NINE)
     nine_sass = _compile(nine, nine.kernel_path, tmp_path / "nine.fatbin")[1]
-    draft = _tree(tmp_path, "10_short-turn")
+    draft = patched_stage(tmp_path / "draft", DRAFTS, "10_short-turn", NINE)
     assert draft.number == 10
     source, source9 = draft.kernel_path.read_text(), nine.kernel_path.read_text()
     assert source.count("named_barrier_arrive") == source9.count("named_barrier_arrive") == 1

@@ -508,10 +508,12 @@ __device__ void consumer_role(const AttnBwdParams& p, const Smem& s, const Steps
     // The loop's iterations meet where no wgmma is in flight, after the scores: ptxas serialises
     // every wgmma of the kernel if one is in flight across the loop's back edge (its remark C7514),
     // or if one sits under a condition it cannot see is uniform (C7518).
-    // Step −1 is a product over tile 1 before anything is in it, never stored: the first turn issues
-    // it so that every turn has the same wgmmas and waits, without a condition around them (ptxas
-    // serialises every wgmma of the kernel when their waits differ by path). Its "full" wait is for the
-    // phase before the barrier's first, which try_wait counts as complete.
+    // Step −1 is a product over tile 1 whose result is never stored: the first turn issues it so that
+    // every turn has the same wgmmas and waits, without a condition around them (ptxas serialises every
+    // wgmma of the kernel when their waits differ by path). Its "full" wait is for the phase before the
+    // barrier's first, which try_wait counts as complete. What it reads is whatever tile 1 holds —
+    // possibly step 1's dSᵀ half-written by the other warpgroup, which does not wait for this read
+    // ("free" is waited for from step 2 on) — and only this discarded accumulator sees it.
     auto issue_dq = [&](const int step) {  // dQ (the step's 64 queries x this warpgroup's 64 columns) = dS K
         const int tile = (step + DS_TILES) % DS_TILES;
         TRACE_BEGIN(wait_ds);
