@@ -18,13 +18,11 @@ from hopattn import lineage
 from hopattn.records import compiler_facts, results
 
 REPO = Path(__file__).resolve().parent.parent
-# Forward stages without a committed trace yet: a new stage goes here until
-# bench/results/traces/nvidia-h200/NN.json and NN-causal.json are committed, then out
-# (tests/test_timeline.py fails while a stage here has its records). Stage 24's trace of 2026-12-02 was
-# recorded before head dim 96's PV became an n96 product (2026-12-02, late): its source hash no longer
-# matches, so it was withdrawn (git history has it; its head-dim-128 SASS is stage 23's, whose trace
-# stands) until `python -m bench.trace --stages 24` runs again.
-AWAITING_TRACE: set[str] = {"24"}
+# Forward stages without a committed trace yet (none since stage 24's re-run, `python -m bench.trace
+# --stages 24`, 2026-12-03T0156): a new stage goes here until bench/results/traces/nvidia-h200/NN.json
+# and NN-causal.json are committed, then out (tests/test_timeline.py fails while a stage here has its
+# records).
+AWAITING_TRACE: set[str] = set()
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The first three stages of the real lineage: the fixture is copied from them at test time, so it
 # cannot drift from the lineage. 03 brings a new header; none of them has a causal path.

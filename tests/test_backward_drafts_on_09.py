@@ -1,7 +1,11 @@
-"""The draft on backward stage 09 (research/backward_next/drafts_on_09/10_short-turn.patch, a patch of its
-kernel.cu; not measured), applied to 09 and compiled with the project's flags (nvcc, no GPU): 10_short-turn is stage 09 with each
-turn's bar.arrive moved up behind the dQ product's issue, so it must keep 09's wgmmas and waits, spill
-nothing, raise no ptxas remark, and end the turn before the wait for dV and dK."""
+"""The drafts on backward stage 09 (research/backward_next/drafts_on_09/*.patch, patches of its kernel.cu;
+measured in bench/logs/backward-devtime-drafts-on-09-nvidia-h200-20261203T0156.log), applied to 09 and
+compiled with the project's flags (nvcc, no GPU). 10_short-turn is stage 09 with each turn's bar.arrive
+moved up behind the dQ product's issue, so it must keep 09's wgmmas and waits, spill nothing, raise no
+ptxas remark, and end the turn before the wait for dV and dK. 11_stmatrix-ds stores dSᵀ with four
+stmatrix.x4 a thread instead of sixteen 32-bit stores, and 12_turn-and-stmatrix is both: the same
+products, no spill, 8 STSM (two consumer warpgroups' store_ds, inlined once each per path) and no
+32-bit shared store left in store_ds."""
 
 from __future__ import annotations
 
@@ -39,3 +43,26 @@ def test_the_short_turn_keeps_09_s_products_and_ends_the_turn_before_the_wait(tm
     lines = sass.splitlines()
     arrives = [i for i, line in enumerate(lines) if re.search(r"BAR\.ARV R\d+, 0x100", line)]
     assert arrives and any(line.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1") for line in lines[arrives[0]:arrives[0] + 40])
+
+
+@pytest.mark.parametrize("name", ["11_stmatrix-ds", "12_turn-and-stmatrix"])
+def test_stmatrix_drafts_store_ds_with_stmatrix_and_keep_09_s_products(tmp_path, name):
+    nine = next(s for s in lineage.discover(lineage.BACKWARD_DIR) if s.dir.name == NINE)
+    nine_ptxas, nine_sass = _compile(nine, nine.kernel_path, tmp_path / "nine.fatbin")
+    draft = patched_stage(tmp_path / "draft", DRAFTS, name, NINE)
+    assert draft.number == int(name[:2])
+    source = draft.kernel_path.read_text()
+    body = source[source.index("void store_ds("):]
+    body = body[:body.index("\n}\n")]
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in body and "st_shared_b32" not in body
+    ptxas, sass = _compile(draft, draft.kernel_path, tmp_path / "draft.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, ptxas
+    assert set(re.findall(r"(\d+) bytes spill stores", ptxas)) == {"0"}
+    for what in ("HGMMA.64x64x16", "HGMMA.64x128x16", "WARPGROUP.DEPBAR.LE gsb0, 0x1", "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                 "MUFU.EX2"):
+        assert sass.count(what) == nine_sass.count(what), what
+    assert "STSM" not in nine_sass
+    assert sass.count("STSM") == 8
+    # the 32-bit shared stores of dSᵀ are gone: 09 has 16 a store_ds more than the draft, per inlined copy
+    assert nine_sass.count("STS ") - sass.count("STS ") == 2 * 16
