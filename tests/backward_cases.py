@@ -35,11 +35,13 @@ def healthy() -> bool:
 
 
 def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.float64, dlse=None, out=None,
-                    like_kernel: bool = False, cancellation: bool = False):
+                    lse=None, like_kernel: bool = False, cancellation: bool = False):
     """(dq, dk, dv) of softmax(scale q kᵀ) v for the upstream dout (BHSD; k, v may have fewer heads),
     plus the gradient dlse of the log-sum-exp when given, in `dtype`. like_kernel: P and dS rounded
-    to bf16 before the GEMMs they feed, and D = rowsum(dout ∘ out) from the given bf16 out, as the
-    kernels compute them. Rows that see no key have P = 0. Computed a (batch, head) and a chunk of
+    to bf16 before the GEMMs they feed, D = rowsum(dout ∘ out) from the given bf16 out, and, when lse
+    (fp32 [B, H, Lq], the forward's) is given, P = exp(S − lse) from it, as the kernels compute them:
+    where one key holds a row's probability, the forward's and the backward's roundings of S then
+    leave P a little off 1, which P's bf16 rounding and dV see. Rows that see no key have P = 0. Computed a (batch, head) and a chunk of
     query rows at a time. cancellation: also (Cq, Ck), what dq and dk would be with every term of
     dS = P ∘ (dP − D) taken by the size of the sums behind it, P ∘ (|dO| |v|ᵀ + Σ |dO| ∘ P|v|):
     where dP and D cancel (a row whose probability sits on one key), the rounding of those sums —
@@ -75,7 +77,11 @@ def reference_grads(q, k, v, dout, *, causal: bool, scale: float, dtype=torch.fl
                     limit = torch.arange(r0, r1, device=q.device)[:, None] + (len_k - len_q)
                     s.masked_fill_(keys[None, :] > limit, float("-inf"))
                 seen = torch.isfinite(s).any(-1, keepdim=True)
-                p = torch.softmax(s.masked_fill(~seen, 0.0), dim=-1) * seen
+                if like_kernel and lse is not None:
+                    row_lse = lse[b, h, r0:r1, None].to(dtype)
+                    p = torch.where(seen, torch.exp(s - torch.where(seen, row_lse, 0.0)), 0.0)
+                else:
+                    p = torch.softmax(s.masked_fill(~seen, 0.0), dim=-1) * seen
                 dp = do @ vv.T
                 if like_kernel:
                     d = (do * out[b, h, r0:r1].to(dtype)).sum(-1, keepdim=True)
@@ -118,7 +124,7 @@ def _inputs(case: dict, seed: int):
 SUM_ROUNDING = 2.0 ** -16
 
 
-def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool = True) -> dict:
+def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool = True, lse=None) -> dict:
     """got (BHSD) against float64 within the float32-derived bound: 2 e32 (the float32 computation's
     own largest error) + 2^-8 of the largest gradient (the kernel's bf16 output) + SUM_ROUNDING of
     the largest cancellation size (dq, dk: where dP − D cancels, as on a row whose probability sits
@@ -128,7 +134,7 @@ def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool
     *exact, cq, ck, fq, fk = reference_grads(q, k, v, dout, causal=causal, scale=scale, dlse=dlse,
                                              cancellation=True)
     alg = reference_grads(q, k, v, dout, causal=causal, scale=scale, dtype=torch.float32, dlse=dlse, out=out,
-                          like_kernel=True)
+                          lse=lse, like_kernel=True)
     sizes = (cq, ck, None)
     flushes = (fq.abs().max().item() if fq.numel() else 0.0, fk.abs().max().item() if fk.numel() else 0.0, 1.0)
     result = {}
@@ -175,7 +181,7 @@ def grad_check(stage: int, case: dict, seed: int, repeat: bool = False) -> dict:
     got = launch()
     torch.cuda.synchronize()
     result = _check_grads([_to_bhsd(g, layout) for g in got], q, k, v, dout, _to_bhsd(out, layout), dlse,
-                          causal=causal, scale=scale)
+                          causal=causal, scale=scale, lse=lse)
     if causal and case["len_q"] > case["len_k"]:
         blind = case["len_q"] - case["len_k"]
         assert torch.count_nonzero(_to_bhsd(got[0], layout)[:, :, :blind]) == 0, "a query that sees no key got a dq"
@@ -217,7 +223,7 @@ def autograd_matches(seed: int, layout: str, causal: bool, use_lse: bool) -> dic
     loss.backward()
     got = [_to_bhsd(t.grad, layout) for t in leaves]
     return _check_grads(got, q, k, v, w, _to_bhsd(out.detach(), layout), wl if use_lse else None, causal=causal,
-                        scale=1 / math.sqrt(128))
+                        scale=1 / math.sqrt(128), lse=lse.detach())
 
 
 def compiled_and_graphed_step(seed: int) -> None:
@@ -267,7 +273,8 @@ def numeric_grad_check(stage: int, case: dict, seed: int, exponent_limit: float)
     grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
     backward._backward_into(grads, dout, q, k, v, out, lse, causal=case["causal"], scale=case["scale"], stage=stage)
     torch.cuda.synchronize()
-    return _check_grads(grads, q, k, v, dout, out, None, causal=case["causal"], scale=case["scale"], relative=False)
+    return _check_grads(grads, q, k, v, dout, out, None, causal=case["causal"], scale=case["scale"], relative=False,
+                        lse=lse)
 
 
 def rejects(stage: int) -> list[str]:
