@@ -41,7 +41,9 @@ def test_spec_constants_abi_and_notes(stage):
         assert f"HOPATTN_EXPORT int {name}(" in source
     assert source.count("cross_entropy_check_params(p, err, errlen)") == 2
     notes = stage.notes_path.read_text()
-    assert notes.index("## Prediction") < notes.index("## Measured") and "Not measured yet." not in notes
+    assert notes.index("## Prediction") < notes.index("## Measured")
+    # measured, or the newest stage before its GPU run (tests/test_part_ii_notes.py checks the records)
+    assert "Not measured yet." not in notes or stage == STAGES[-1]
     assert "ptxas -v" in notes and "GB/s" in notes
 
 
@@ -258,12 +260,13 @@ def _sm90a_functions(log: str) -> dict[str, tuple[int, int, int]]:
 EXPECTED_INSTANCES = {1: {"cross_entropy_three_passes": 3},
                       2: {"cross_entropy_online": 12},
                       3: {"cross_entropy_online": 12, "cross_entropy_rows": 24},
-                      4: {"cross_entropy_online": 12, "cross_entropy_cluster_rows": 33}}
+                      4: {"cross_entropy_online": 12, "cross_entropy_cluster_rows": 33},
+                      5: {"cross_entropy_online": 12, "cross_entropy_lean_rows": 33}}
 
 
 @needs_nvcc
 @pytest.mark.nvcc
-@pytest.mark.slow  # four stages for sm_90a: a minute or two, cached after
+@pytest.mark.slow  # five stages for sm_90a: a minute or two, cached after
 def test_every_stage_compiles_without_spills():
     results = rowwise_build.build_all(STAGES, jobs=2)
     for stage in STAGES:

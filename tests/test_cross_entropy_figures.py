@@ -37,8 +37,8 @@ def test_the_configs_are_the_kernels_constants():
     """What each stage's launcher does, from its constants: stage 01 a CTA of kThreads a row; stage 02 a
     warp a row up to kWarpMaxCols (kRowsPerCta a CTA), then a CTA of kCtaThreads, kUnroll loads in
     flight; stage 03 up to kMaxThreadsPerRow threads of kVectorsPerThread, then stage 02's CTA kernel;
-    stage 04 CTAs of kMaxCtaThreads up to a cluster of kMaxCluster, then kLongCtaThreads."""
-    one, two, three, four = STAGES
+    stage 04 CTAs of kMaxCtaThreads up to a cluster of kMaxCluster, then kLongCtaThreads; stage 05 as 04."""
+    one, two, three, four, five = STAGES
     k1, k2 = one.constants(), two.constants()
     assert [(c.threads_per_row, c.reads, c.payload) for c in one.spec.config] == [(k1["kThreads"], 3, "max, then sum")]
     warp, cta = two.spec.config
@@ -46,7 +46,7 @@ def test_the_configs_are_the_kernels_constants():
         32, k2["kRowsPerCta"], k2["kWarpMaxCols"], k2["kUnroll"])
     assert warp.cta_threads == k2["kThreads"] and (cta.threads_per_row, cta.unroll) == (k2["kCtaThreads"], k2["kUnroll"])
     assert {c.reads for c in two.spec.config} == {2} and {c.payload for c in two.spec.config} == {"(max, sum)"}
-    for stage, most in ((three, "kMaxThreadsPerRow"), (four, "kLongCtaThreads")):
+    for stage, most in ((three, "kMaxThreadsPerRow"), (four, "kLongCtaThreads"), (five, "kLongCtaThreads")):
         k = stage.constants()
         held = [c for c in stage.spec.config if c.vectors]
         assert max(c.vectors for c in held) == k["kVectorsPerThread"]
@@ -56,10 +56,12 @@ def test_the_configs_are_the_kernels_constants():
     assert max(c.cluster for c in four.spec.config) == four.constants()["kMaxCluster"]
     assert {c.threads_per_row for c in four.spec.config if c.cluster > 1} == {
         four.constants()["kMaxCtaThreads"], four.constants()["kLongCtaThreads"]}
+    assert [(c.threads_per_row, c.vectors, c.rows_per_cta, c.cluster) for c in five.spec.config] == [
+        (c.threads_per_row, c.vectors, c.rows_per_cta, c.cluster) for c in four.spec.config]  # 04's table
 
 
 def test_a_row_goes_to_the_first_config_that_holds_it():
-    one, two, three, four = STAGES
+    one, two, three, four, *_ = STAGES
     assert [two.spec.config_for(n).threads_per_row for n in (1024, 1025)] == [32, 512]
     assert [three.spec.config_for(n).threads_per_row for n in (256, 2048, 4096, 32768)] == [32, 32, 64, 512]
     assert three.spec.config_for(32769).vectors == 0 and three.spec.config_for(32769).reads == 2
@@ -105,6 +107,8 @@ def test_the_configs_are_what_the_benchmark_ran(stage):
     having launched (its entries' variant)."""
     data = json.loads((REPO / "bench" / "results" / "cross_entropy_fused" / "nvidia-h200.json").read_text())
     variants = {e["size"]: e["variant"] for e in data["entries"] if e["arm"] == f"stage {stage.id}" and "variant" in e}
+    if stage == STAGES[-1] and not variants and "**Not measured yet.**" in stage.notes_path.read_text():
+        pytest.skip(f"{stage.name} awaits its GPU run (research/cross_entropy/gpu_run.sh)")
     assert set(variants) >= set(model.lengths(stage))
     for lay in model.layouts(stage):
         v, c = variants[lay.label], lay.config
@@ -159,17 +163,18 @@ def test_every_stage_has_its_three_figures_legible(stage):
 
 
 def test_the_figures_show_what_each_stage_changed():
-    s1, s2, s3, s4 = (_svgs(s) for s in STAGES)
+    s1, s2, s3, s4, s5 = (_svgs(s) for s in STAGES)
     assert "the max, then the sums, of a 256k row" in s1["reduction"] and "Two trees" in s1["reduction"]
     assert "read three times: 4–8 B moved for 4 counted" in s1["traffic"]
     assert "1 in flight" in s1["holders"] and "loads of 2 B" in s1["holders"]  # an element an access
     assert "loads of 16 B, 4 in flight" in s2["holders"] and "read twice" in s2["traffic"]
-    for svgs in (s2, s3, s4):
+    for svgs in (s2, s3, s4, s5):
         assert "statistics (m, s, Σ x)" in svgs["reduction"] and "32 lane records merged" in svgs["reduction"]
         assert "Σx + Σx′" in svgs["reduction"]
     assert "held in registers" in s3["holders"] and "read once" in s3["traffic"] and "read twice" in s3["traffic"]
     assert "a cluster of 8 CTAs × 512 threads a row" in s4["holders"] and "cluster (8 CTA records)" in s4["reduction"]
     assert "read twice" not in s4["traffic"]
+    assert "a cluster of 8 CTAs × 512 threads a row" in s5["holders"] and "read twice" not in s5["traffic"]  # 04's rows
 
 
 def test_deterministic():

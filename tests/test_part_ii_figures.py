@@ -69,6 +69,8 @@ def test_the_configs_are_what_the_benchmark_ran(folder, stage):
     the variant names it, a CTA (or warp) per row where streamed."""
     data = json.loads((REPO / "bench" / "results" / folder / "nvidia-h200.json").read_text())
     variants = {e["size"]: e["variant"] for e in data["entries"] if e["arm"] == f"stage {stage.id}" and "variant" in e}
+    if not variants and stage == STAGES[folder][-1]:  # the newest stage before its GPU run (test_part_ii_notes)
+        pytest.skip(f"{folder} {stage.name}: not measured yet")
     assert set(variants) >= set(model.LENGTHS)
     for lay in model.layouts(stage):
         v, c = variants[lay.label], lay.config

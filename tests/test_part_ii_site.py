@@ -201,6 +201,10 @@ def test_a_measured_record_on_every_page(measured, folder):
     for s in STAGES[folder]:
         page = out.pages[f"{folder}/{s.name}.md"]
         bench = _section(page, "benchmark")
+        if s == STAGES[folder][-1] and not any(e["arm"] == f"stage {s.id}" for e in res.entries):
+            # the newest stage before its GPU run (its notes say so: tests/test_part_ii_notes.py)
+            assert "**Not measured yet.**" in bench and "holds no entry of this stage" in bench
+            continue
         assert "Not measured yet" not in bench
         assert (f"Measured on NVIDIA H200 (run {res.run['date']}, `bench/results/{lin.results_folder}/nvidia-h200.json`)"
                 in bench)

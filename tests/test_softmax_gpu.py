@@ -50,6 +50,22 @@ def test_matches_float64(sm, stage, backward, index):
             timeout=30, stage=stage.number, case=case.asdict(), seed=seed)
 
 
+# The edges of stage 05's slices in fp32 and fp16 (the bf16 edges are in CASES): a slice holds 8k fp32
+# (16k 16-bit) columns, clusters of 4, 8 and 16 slices, then stage 04's clusters of 1024-thread CTAs.
+SLICE_EDGES = [(cols, "fp32") for cols in (16385, 32768, 32769, 65536, 65537, 131072, 131073)] + [
+    (cols, "fp16") for cols in (49152, 131073, 262144, 262145)]
+
+
+@pytest.mark.parametrize("stage", FORWARD[-1:], ids=[s.name for s in FORWARD[-1:]])
+@pytest.mark.parametrize(("cols", "dtype"), SLICE_EDGES, ids=[f"{d}-{c}" for c, d in SLICE_EDGES])
+def test_every_slice_cluster_holds_its_rows(sm, stage, cols, dtype):
+    for i, (rows, view, masked) in enumerate(((5, "contiguous", False), (3, "wide", True))):
+        case = dict(rows=rows, cols=cols, dtype=dtype, weight=False, view=view, magnitude=1.0, eps=0.0, masked=masked)
+        seed = GPU_SEED + cols + i
+        sm.call("check", label=f"softmax {stage.id}, {rows}x{cols} {dtype} {view}{' masked' if masked else ''}, "
+                f"seed {seed}", timeout=30, stage=stage.number, case=case, seed=seed)
+
+
 @pytest.mark.parametrize("stage", FORWARD, ids=[s.name for s in FORWARD])
 def test_rows_of_minus_infinity_are_nan(sm, stage):
     sm.call("fully_masked_rows", label=f"softmax {stage.id}, rows of -inf", timeout=60, stage=stage.number,

@@ -5,6 +5,7 @@
 # H200 (the steps' limits add up to 285 s).
 #
 #   PYTHONPATH=$PWD/kernels:$PWD bash research/cross_entropy/gpu_run.sh      # from the repository root
+#   CE_BENCH_STAGES=4-5 PYTHONPATH=... bash research/cross_entropy/gpu_run.sh   # bench only stages 04-05 (+ peers)
 #
 # Logs: bench/logs/cross_entropy-{build,gpu-tests,gpu-cases,bench}-<gpu>-<time>.log; the records:
 # bench/results/cross_entropy_{fused,forward,backward}/<gpu>.json, each written after every size, so
@@ -39,7 +40,7 @@ for s in stages:
 "
 HOPATTN_GPU_LOG="$logs/cross_entropy-gpu-cases-$gpu-$stamp.log" \
     step gpu-tests 110 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_cross_entropy_gpu.py
-step bench 115 python3 -m bench.rowwise_cross_entropy --rounds 3
+step bench 115 python3 -m bench.rowwise_cross_entropy --rounds 3 --stages "${CE_BENCH_STAGES:-all}"
 if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
     tar czf "$OUT/cross_entropy-gpu-run-$gpu-$stamp.tgz" $logs/cross_entropy-*-"$stamp".log \
