@@ -66,3 +66,23 @@ def test_stmatrix_drafts_store_ds_with_stmatrix_and_keep_09_s_products(tmp_path,
     assert sass.count("STSM") == 8
     # the 32-bit shared stores of dSᵀ are gone: 09 has 16 a store_ds more than the draft, per inlined copy
     assert nine_sass.count("STS ") - sass.count("STS ") == 2 * 16
+
+
+@pytest.mark.parametrize("name", ["13_heavy-first", "14_heavy-first-one-wave"])
+def test_heavy_first_drafts_change_only_the_ctas_order(tmp_path, name):
+    """13 and 14 map a default causal CTA's linear index to (key block, K/V head, batch), a window of
+    pairs at a time, heaviest key block first: the products, waits and exponentials stay 09's, and
+    nothing spills; the window is WINDOW_WAVES waves of %nsmid SMs (2 for 13, 1 for 14)."""
+    nine = next(s for s in lineage.discover(lineage.BACKWARD_DIR) if s.dir.name == NINE)
+    nine_sass = _compile(nine, nine.kernel_path, tmp_path / "nine.fatbin")[1]
+    draft = patched_stage(tmp_path / "draft", DRAFTS, name, NINE)
+    source = draft.kernel_path.read_text()
+    assert f"constexpr int WINDOW_WAVES = {2 if name.startswith('13') else 1};" in source
+    assert "%%nsmid" in source and "steps.kv_head = tile.kv_head;" in source
+    ptxas, sass = _compile(draft, draft.kernel_path, tmp_path / "draft.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, ptxas
+    assert set(re.findall(r"(\d+) bytes spill stores", ptxas)) == {"0"}
+    for what in ("HGMMA.64x64x16", "HGMMA.64x128x16", "WARPGROUP.DEPBAR.LE gsb0, 0x1", "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                 "MUFU.EX2", "STS ", "UBLKRED"):
+        assert sass.count(what) == nine_sass.count(what), what
