@@ -206,6 +206,11 @@ def test_a_measured_record_on_every_page(measured, folder):
             assert "**Not measured yet.**" in bench and "holds no entry of this stage" in bench
             continue
         assert "Not measured yet" not in bench
+        if not any(e["arm"] == f"stage {s.id}" for e in res.entries):  # an earlier run measured it, not this one
+            assert "**Not in the latest run.**" in bench and f"run {res.run['date']}" in bench
+            assert f"`{part_ii.last_measured_log(s)}`" in bench and "Not in the latest run" in \
+                out.fragments[f"headline-{folder}-{s.name}"]
+            continue
         assert (f"Measured on NVIDIA H200 (run {res.run['date']}, `bench/results/{lin.results_folder}/nvidia-h200.json`)"
                 in bench)
         for size in res.sizes():
@@ -233,22 +238,24 @@ def test_the_numbers_are_the_logs_to_the_third_decimal(measured):
     bench = _section(out.pages["rmsnorm_backward/06-cluster-exchange-without-fences.md"], "benchmark")
     assert "| 16k | **3962** | 0.4065 | 1.1 % | 0.929× | 0.996× |" in bench
     assert "| 256k | **3125** | 0.5153 | 1.1 % | 0.732× | 1.262× |" in bench and "| 1.785× |" in bench
-    bench = _section(out.pages["softmax/04-cluster-rows.md"], "benchmark")
-    assert "| 256k | **2253** | 0.4765 | 1.2 % | 0.531× | 0.827× |" in bench
+    bench = _section(out.pages["softmax/04-cluster-rows.md"], "benchmark")  # the run of 20261203T0608
+    assert "| 256k | **2248** | 0.4776 | 0.5 % | 0.532× | 0.824× |" in bench
     cards = out.fragments["headline-softmax_backward-02-row-in-registers"]
     assert "4402 <span>GB/s</span>" in cards and "1.033× the copy, same run" in cards
 
 
 def test_a_stage_without_an_entry_says_so_beside_the_measured_ones(tmp_path):
-    root = add_records(add_part_ii(add_rmsnorm(make_site(tmp_path / "repo"))), drop=("softmax", "stage 02"))
+    # stage 03 left out of the record: its notes quote the run that measured it, so the page names that log
+    root = add_records(add_part_ii(add_rmsnorm(make_site(tmp_path / "repo"))), drop=("softmax", "stage 03"))
     out = site.generate(root)[0]
-    bench = _section(out.pages["softmax/02-online-max-and-sum.md"], "benchmark")
-    assert "**Not measured yet.**" in bench and "holds no entry of this stage" in bench
+    bench = _section(out.pages["softmax/03-row-in-registers.md"], "benchmark")
+    assert "**Not in the latest run.**" in bench and "holds no entry of this stage" in bench
+    assert "`bench/logs/softmax-bench-nvidia-h200-20261202T1327.log`" in bench
     assert "`bench/results/softmax/nvidia-h200.json`" in bench and part_ii.BY_FOLDER["softmax"].command in bench
-    assert "Not measured yet" in out.fragments["headline-softmax-02-online-max-and-sum"]
-    assert "Measured on NVIDIA H200" in _section(out.pages["softmax/03-row-in-registers.md"], "benchmark")
-    # stage 03's table still compares it with stage 02: the ratio is the run's, in stage 03's entry
-    assert "| vs 02 |" in out.pages["softmax/03-row-in-registers.md"]
+    assert "Not in the latest run" in out.fragments["headline-softmax-03-row-in-registers"]
+    assert "Measured on NVIDIA H200" in _section(out.pages["softmax/04-cluster-rows.md"], "benchmark")
+    # stage 04's table still compares it with stage 03: the ratio is the run's, in stage 04's entry
+    assert "| vs 03 |" in out.pages["softmax/04-cluster-rows.md"]
 
 
 def test_deterministic_with_records(measured, tmp_path):

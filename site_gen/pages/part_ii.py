@@ -229,16 +229,48 @@ def climb(lin: Lineage, stages, results: list):
                                  counts=f"GB/s counts {lin.what}.")
 
 
+NOT_IN_RUN = "Not in the latest run"
+
+
+def last_measured_log(stage) -> str | None:
+    """The bench log the stage's notes quote in their Measured section (tests/test_part_ii_notes.py checks
+    the numbers against it): the one cited, or of several the one that starts with the command's header;
+    None before the stage's first run."""
+    notes = stage.notes_path.read_text()
+    if "## Measured" not in notes:
+        return None
+    measured = notes[notes.index("## Measured"):].split("\n## ", 1)[0]
+    logs = re.findall(r"`(bench/logs/[^`]+\.log)`", measured)
+    if len(logs) > 1:
+        root = stage.notes_path.parent.parent.parent.parent
+        logs = [log for log in logs if (root / log).is_file()
+                and (root / log).read_text().startswith(f"# {lineage_of(stage).command}")]
+    return logs[0] if len(logs) == 1 else None
+
+
+def _in_latest(stage, results: list) -> bool:
+    return any(numbers.measured(stage, res) for res in results)
+
+
 def benchmark_md(stage, prev, current_hash: str, results: list, climb_md: str = "") -> str:
     """The stage's numbers in each record of its lineage (benchmark_section/rowwise.py's table), then the
-    lineage's climb (``climb_md``, its placeholder); "Not measured yet" and the command without a record."""
+    lineage's climb (``climb_md``, its placeholder); "Not measured yet" and the command without a record;
+    a stage that the latest record's run did not time, but an earlier one did, names that run's log."""
     lin = lineage_of(stage)
     if not results:
         return (f"**{NOT_MEASURED}.** No record (`bench/results/{lin.results_folder}/<gpu>.json`) exists for this "
                 f"lineage: `{lin.command}` on a GPU times every stage against the copy ceiling and its peers in one "
                 f"run (GB/s: {lin.what}). Until then the notes' predictions are predictions.\n")
-    table = numbers.stage_section(stage, prev, current_hash, results, folder=lin.results_folder, command=lin.command,
-                                  gbps=lin.gbps, gpu_command=None, figures=False)
+    log = last_measured_log(stage)
+    if log and not _in_latest(stage, results):
+        where = ", ".join(f"`bench/results/{lin.results_folder}/{r.gpu}.json`, run {r.run['date']}" for r in results)
+        table = (f"**{NOT_IN_RUN}.** The record ({where}) holds no entry of this stage: that run timed other "
+                 f"stages. It was last measured in the run whose log its notes quote (`{log}`): the Measured "
+                 f"section above is that run's, and its numbers are not compared here with this record's. "
+                 f"`{lin.command}` times it again with the other stages, the copy ceiling and the peers.\n")
+    else:
+        table = numbers.stage_section(stage, prev, current_hash, results, folder=lin.results_folder,
+                                      command=lin.command, gbps=lin.gbps, gpu_command=None, figures=False)
     if not climb_md:
         return table
     at = ", ".join(lin.lengths[:-1]) + " and " + lin.lengths[-1]
@@ -249,6 +281,10 @@ def benchmark_md(stage, prev, current_hash: str, results: list, climb_md: str = 
 def headline_md(stage=None, current_hash: str = "", results: list | None = None) -> str:
     """The cards: GB/s and × the copy at 4k to 256k from the main record, or one card saying it is not measured."""
     if stage is not None and results:
+        if not _in_latest(stage, results) and last_measured_log(stage):
+            return ('<div class="hd-cards"><div class="hd-card hd-card-off"><div class="hd-card-head">'
+                    f'GB/s, 4k to 256k</div><div class="hd-card-note">{escape(NOT_IN_RUN)}</div></div>'
+                    '<div class="hd-card-where"><a href="#benchmark">which run measured it</a></div></div>')
         return numbers.headline(stage, current_hash, results, lineage_of(stage).lengths)
     return ('<div class="hd-cards"><div class="hd-card hd-card-off"><div class="hd-card-head">'
             f'GB/s, 4k to 256k</div><div class="hd-card-note">{escape(NOT_MEASURED)}</div></div>'
