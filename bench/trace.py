@@ -2,6 +2,7 @@
 
     python -m bench.trace                    # every stage: 8k non-causal, and causal from stage 17 on
     python -m bench.trace --stages 19-20     # some stages
+    python -m bench.trace --stages 24 --head-dim 256   # at another head dim the stages serve (stage 24's)
     python -m bench.trace --lineage backward [--stages 3]   # the backward's (bench/trace_backward.py)
 
 Each stage is compiled a second time with -DHOPATTN_TRACE (common/trace.cuh): the warps of the CTAs
@@ -11,8 +12,8 @@ output tiles only, the ones the timeline's window shows. The producer launches i
 reads the records back, converts cycles to nanoseconds with the SM clock over the traced CTAs' run (each
 CTA's clock and global timer at its start and at the end of its last epilogue), and
 writes one committed record per stage and mask through hopattn.records.traces
-(bench/results/traces/<gpu>/<NN>[-causal].json): a window of the steady state with a tile boundary
-in it, the median time per K/V step, per-event statistics over everything recorded, and what
+(bench/results/traces/<gpu>/<NN>[-d<head dim>][-causal].json, no -d at head dim 128): a window of the
+steady state with a tile boundary in it, the median time per K/V step, per-event statistics over everything recorded, and what
 recording costs: the traced build's kernel time against the untraced build's (interleaved, same
 process), recording and recording nothing (the trace points alone), and the time per K/V step with
 every event recorded against the time per step with the step records alone.
@@ -39,14 +40,28 @@ OVERHEAD_ROUNDS = 9  # interleaved rounds of 10 launches: the spread of their ra
 
 
 def _launcher(torch, lib, q, k, v, out, causal):
-    b, h, lq, _ = q.shape
-    st = (h * lq * 128, lq * 128, 128)
+    b, h, lq, d = q.shape
+    st_q, st_k, st_v, st_o = (t.stride()[:3] for t in (q, k, v, out))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def run():
-        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st, st, st, st, b, h, lq, lq, 128,
-                   1 / math.sqrt(128), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
+        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), st_q, st_k, st_v, st_o, b, h, lq, lq, d,
+                   1 / math.sqrt(d), causal, sms, torch.cuda.current_stream().cuda_stream, h, 0)
     return run
+
+
+def trace_shape(stage: lineage.Stage) -> shapes.Shape:
+    """The shape a stage is traced at: 8k (B 4, H 16, D 128), at another head dim the issue's 8k point
+    of it (H·D = 2048: 8k-d256 is B 4, H 8)."""
+    if stage.head_dim == traces.HEAD_DIM:
+        return SHAPE
+    dv = stage.head_dim_v(stage.head_dim)  # the issue's point of the head dim: 8k-d256, 8k-d192v128
+    return shapes.HEAD_DIM_SHAPES[f"8k-d{stage.head_dim}" + (f"v{dv}" if dv != stage.head_dim else "")]
+
+
+def record_shape(shape: shapes.Shape) -> dict:
+    """The shape as a record holds it: its dims (the head dim among them), and V's where it is not q's."""
+    return dict(shape.dims, **({"head_dim_v": shape.dv} if shape.dv != shape.head_dim else {}))
 
 
 def _median_ms(torch, fn, before=None, n=10) -> float:
@@ -102,11 +117,12 @@ def records_per_warp(stage: lineage.Stage, capacity: int) -> int:
     few per tile), else everything that fits."""
     if not stage.persistent:
         return capacity
-    steps = math.ceil(SHAPE.len_k / stage.block_n)
+    steps = math.ceil(trace_shape(stage).len_k / stage.block_n)
     return min(capacity, PERSISTENT_TILES * (12 * steps + 16))
 
 
 def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
+    """``stage`` at the head dim to trace (Stage.at_head_dim): its tile sets the records' size."""
     from hopattn import api
 
     native = api._native()
@@ -114,10 +130,11 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     traced = native.StageLibrary(str(build.compile_stage(stage, traced=True).library))
     capacity = traced.trace_capacity()
     warps = stage.threads // 32
+    shape = trace_shape(stage)
     gen = torch.Generator(device="cuda").manual_seed(stage.number)
-    q, k, v = ((torch.randn(SHAPE.batch, SHAPE.heads, SHAPE.len_q, 128, generator=gen, device="cuda") * 2)
-               .to(torch.bfloat16) for _ in range(3))
-    out = torch.empty_like(q)
+    q, k, v = ((torch.randn(shape.batch, shape.heads, shape.len_q, d, generator=gen, device="cuda") * 2)
+               .to(torch.bfloat16) for d in (shape.head_dim, shape.head_dim, shape.dv))
+    out = torch.empty_like(v)
     events = torch.zeros(MAX_CTAS * warps * capacity * 4, dtype=torch.int32, device="cuda")
     base = torch.zeros(2 * MAX_CTAS * 2, dtype=torch.int64, device="cuda")  # the starts, then the last epilogues
     info = torch.zeros(MAX_CTAS * 2, dtype=torch.int32, device="cuda")
@@ -166,7 +183,7 @@ def trace_stage(torch, stage: lineage.Stage, causal: bool) -> dict:
     control[2:] = torch.tensor(kind_masks(stage, light=True), dtype=torch.int64).to(torch.int32).cuda()
     light_step = traces.step_ns(traces.decode(*recorded()[:3], clock_mhz)[0])
     control[2:] = torch.tensor(kind_masks(stage), dtype=torch.int64).to(torch.int32).cuda()
-    return traces.from_device(stage, SHAPE.dims, causal, records, bases, infos, clock_mhz,
+    return traces.from_device(stage, record_shape(shape), causal, records, bases, infos, clock_mhz,
                               plain_ms=statistics.median(plain_ms), traced_ms=statistics.median(traced_ms),
                               idle_ms=statistics.median(idle_ms), light_step_ns=light_step, per_warp=per_warp,
                               pct_range=_pct_range(traced_ms, plain_ms), idle_pct_range=_pct_range(idle_ms, plain_ms),
@@ -188,6 +205,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="whose stages: " + "; ".join(f"{k}, {v}" for k, v in LINEAGES.items()))
     parser.add_argument("--stages", default="all", help="stage numbers and ranges (1,5-6) or 'all' (the backward's: "
                                                         "those with trace points)")
+    parser.add_argument("--head-dim", type=int, default=None,
+                        help="the head dim to trace at, one every chosen stage serves (stage 24: 64, 96, 128, 192, "
+                             "256); default: each stage's [tile] head dim, 128. Traced at its 8k point (H·D = 2048)")
     parser.add_argument("--out", default=None, help="folder for the records (default bench/results/traces/<gpu>, "
                                                     "the backward's bench/results/traces/<gpu>/backward)")
     args = parser.parse_args(argv)
@@ -199,8 +219,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def plan(args) -> list[tuple[lineage.Stage, bool]]:
-    """(stage, causal) in the order they are recorded: each chosen stage non-causal, then causal
-    where it has a causal path."""
+    """(stage, causal) in the order they are recorded: each chosen stage (at --head-dim's tile, where
+    given) non-causal, then causal where it has a causal path."""
     if args.lineage == "backward":
         from . import trace_backward
 
@@ -209,6 +229,11 @@ def plan(args) -> list[tuple[lineage.Stage, bool]]:
         stages = lineage.discover()
         wanted = shapes.parse_stages(args.stages, [s.number for s in stages])
         chosen = [s for s in stages if s.number in wanted]
+    if args.head_dim is not None:
+        try:
+            chosen = [s.at_head_dim(args.head_dim) for s in chosen]
+        except ValueError as err:
+            raise ValueError(f"--head-dim: {err}") from None
     return [(s, causal) for s in chosen for causal in ((False, True) if s.causal else (False,))]
 
 
@@ -233,7 +258,8 @@ def main(argv=None) -> int:
         path = traces.write(folder, run, record)
         o = record["overhead"]
         print(f"[{time.perf_counter() - start:6.1f}s] {'backward ' if backward else ''}stage {stage.id} "
-              f"{'causal' if causal else 'non-causal'}: {len(record['events'])} events in the window, "
+              f"head dim {stage.head_dim} {'causal' if causal else 'non-causal'}: "
+              f"{len(record['events'])} events in the window, "
               f"{record['per_step_ns']:.0f} ns per {'query block' if backward else 'K/V step'}, "
               f"traced {o['traced_ms']:.3f} ms vs {o['plain_ms']:.3f} ms ({o['pct']:+.1f} %), "
               f"recording nothing {o['idle_pct']:+.1f} %, step {o.get('step_pct', float('nan')):+.1f} % against "

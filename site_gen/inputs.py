@@ -30,7 +30,8 @@ class Inputs:
     hashes: dict[str, str]  # stage id -> its source hash now
     results: list[results.GpuResults]  # the GPU with the most measured stages first
     facts: dict[str, tuple[dict | None, str | None]]  # stage name -> (usable facts or None, problem or None)
-    traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # GPU slug -> {(stage id, causal): record}
+    # GPU slug -> {(stage id, causal, head dim): record}
+    traces: dict[str, dict[tuple[str, bool, int], dict]] = field(default_factory=dict)
     backward: list[lineage.Stage] = field(default_factory=list)  # Act V: kernels/attention_backward
     backward_hashes: dict[str, str] = field(default_factory=dict)  # backward stage id -> its source hash now
     backward_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
@@ -38,7 +39,7 @@ class Inputs:
     rmsnorm_hashes: dict[str, str] = field(default_factory=dict)  # RMSNorm stage id -> its source hash now
     rmsnorm_facts: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)  # by stage name
     rmsnorm_results: list[rowwise_results.RowResults] = field(default_factory=list)  # bench/results/rmsnorm
-    backward_traces: dict[str, dict[tuple[str, bool], dict]] = field(default_factory=dict)  # as traces, the backward's
+    backward_traces: dict[str, dict[tuple[str, bool, int], dict]] = field(default_factory=dict)  # the backward's
     # Part II's other lineages, by folder (rmsnorm_backward, softmax, softmax_backward, cross_entropy), and their
     # facts by stage name
     part_ii: dict[str, list[rowwise.RowStage]] = field(default_factory=dict)
@@ -52,11 +53,16 @@ class Inputs:
             return self.results[0].gpu
         return next(iter(sorted(self.traces)), None)
 
-    def trace(self, stage: lineage.Stage, causal: bool) -> dict | None:
-        """The stage's trace record on the trace GPU (None: not recorded); a backward stage's from the
-        backward's records."""
+    def trace(self, stage: lineage.Stage, causal: bool, head_dim: int | None = None) -> dict | None:
+        """The stage's trace record on the trace GPU at ``head_dim`` (default: the one its figures draw;
+        None: not recorded); a backward stage's from the backward's records."""
         found = self.backward_traces if getattr(stage, "backward", False) else self.traces
-        return found.get(self.trace_gpu, {}).get((stage.id, causal))
+        return found.get(self.trace_gpu, {}).get((stage.id, causal, head_dim or stage.head_dim))
+
+    def other_head_dims(self, stage: lineage.Stage) -> list[int]:
+        """The head dims besides the one its figures draw at which the stage has a trace (stage 24's)."""
+        found = self.traces.get(self.trace_gpu, {})
+        return sorted({d for sid, _, d in found if sid == stage.id and d != stage.head_dim})
 
     def facts_of(self, stage: lineage.Stage) -> tuple[dict | None, str | None]:
         if isinstance(stage, rowwise.RowStage):
@@ -83,7 +89,7 @@ def _facts(stage: lineage.Stage) -> tuple[dict | None, str | None]:
     return facts, problem
 
 
-def _traces(folder: Path, backward: bool = False) -> dict[str, dict[tuple[str, bool], dict]]:
+def _traces(folder: Path, backward: bool = False) -> dict[str, dict[tuple[str, bool, int], dict]]:
     """Every GPU's trace records (a bad record fails the build, naming the file and the field);
     ``backward``: its backward stages', where it has any."""
     if not folder.is_dir():

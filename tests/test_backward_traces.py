@@ -83,7 +83,7 @@ def test_backward_buffers_decode_into_a_valid_record(tmp_path):
     assert path.relative_to(tmp_path).as_posix() == "nvidia-h200/backward/03.json"
     assert traces.load(path)["events"] == rec["events"]
     assert traces.load_all(tmp_path / "nvidia-h200") == {}  # the forward's readers see nothing new
-    assert traces.load_all(tmp_path / "nvidia-h200", backward=True)[("03", False)]["lineage"] == traces.BACKWARD
+    assert traces.load_all(tmp_path / "nvidia-h200", backward=True)[("03", False, 128)]["lineage"] == traces.BACKWARD
     assert traces.folder("NVIDIA H200", backward=True) == traces.RESULTS_DIR / "nvidia-h200" / "backward"
 
 

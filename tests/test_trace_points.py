@@ -191,3 +191,22 @@ def test_the_traced_build_of_the_final_stage_compiles(tmp_path):
     sass = _sass(stage, stage.kernel_path.read_text(), tmp_path, "traced",
                  defines=(build.TRACE_FLAG, "-include", str(build.TRACE_RECORDER)))
     assert "CS2R" in sass or "S2UR" in sass  # the clock reads are there
+
+
+@pytest.mark.slow
+def test_every_head_dim_kernel_of_stage_24_s_traced_build_records(tmp_path):
+    """`python -m bench.trace --head-dim` launches the kernel of that head dim: each of the ten
+    (attention_kernel<D, COMPUTED_ORDER>) reads the clock and writes its 16-byte rows."""
+    _nvcc_or_skip()
+    stage = next(s for s in STAGES if s.number == 24)
+    flags = [f for f in build.nvcc_flags(stage, traced=True)
+             if f not in ("-shared", "-Xcompiler=-fPIC,-fvisibility=hidden")]
+    fatbin = tmp_path / "traced.fatbin"
+    subprocess.run([build.nvcc(), *flags, "-fatbin", "-o", str(fatbin), str(stage.kernel_path)], check=True,
+                   capture_output=True, text=True)
+    dump = subprocess.run([_cuobjdump(), "-sass", str(fatbin)], check=True, capture_output=True, text=True).stdout
+    kernels = {re.match(r"\s*(\S+)", f).group(1): f for f in re.split(r"\n\s*Function : ", dump)[1:]}
+    dims = sorted({int(re.search(r"attention_kernelILi(\d+)E", name).group(1)) for name in kernels})
+    assert len(kernels) == 10 and dims == sorted(stage.tile_head_dims())
+    for name, sass in kernels.items():
+        assert "SR_CLOCKLO" in sass and "SR_GLOBALTIMER" in sass and "STG.E.128" in sass, name

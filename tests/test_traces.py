@@ -77,7 +77,7 @@ def test_device_buffers_decode_into_a_valid_record(tmp_path):
     assert path.name == "19.json"
     loaded = traces.load(path)
     assert loaded["events"] == rec["events"]
-    assert traces.load_all(tmp_path)[("19", False)]["stage"] == "19"
+    assert traces.load_all(tmp_path)[("19", False, 128)]["stage"] == "19"
 
 
 def test_a_record_names_the_field_that_is_wrong(tmp_path):

@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -491,6 +491,22 @@ class Stage:
     def tile_head_dims(self) -> list[int]:
         """The head dims kernel.cu has a ``HeadDimTile<D>`` for, in file order ([] for a kernel of one tile)."""
         return [int(d) for d in cpp.specializations(self.kernel_path.read_text(), HEAD_DIM_TILE)]
+
+    def at_head_dim(self, head_dim: int) -> Stage:
+        """The stage as its kernel runs at ``head_dim`` (one it serves): the query rows, keys and
+        threads of its ``HeadDimTile<D>``, and a consumer role per consumer warpgroup past the
+        spec's (consumer2 at head dim 64, its warps 12-15); itself at the head dim [tile] draws.
+        The roles' tasks, the buffers and the [[schedule]] stay the spec's, written for that one."""
+        if head_dim == self.head_dim:
+            return self
+        if self.head_dim_v(head_dim) is None:
+            raise ValueError(f"stage {self.id} serves head dims {self.head_dims_text()}, not {head_dim}")
+        c = self.constants(head_dim)
+        consumers = [r for r in self.roles if r.name.startswith("consumer")]
+        extra = tuple(Role(f"consumer{n}", tuple(range(4 * n + 4, 4 * n + 8)), c["CONSUMER_REGS"], ())
+                      for n in range(len(consumers), c["CONSUMERS"]))
+        return replace(self, block_m=c["BLOCK_M"], block_n=c["BLOCK_N"], head_dim=head_dim,
+                       threads=c["NUM_THREADS"], roles=self.roles + extra)
 
 
 def source_files(kernel: Path) -> list[Path]:

@@ -8,7 +8,7 @@ two compare by length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import facts, rates, schedule
 from .diagram import Diagram
@@ -120,7 +120,12 @@ def model_window_diagram(stage, win: Window, span_s: float, did: str) -> Diagram
     title = f"{'Backward stage' if stage.backward else 'Stage'} {stage.id} predicted timeline (schedule model)"
     steps = loop_words(stage)["iterations"] if stage.backward else "K/V steps"
     heading = f"{stage.id} · {stage.title}: the model's prediction for the same {win.steps} {steps}, same time scale"
-    return _draw(stage, win, did, title, heading, max(span_s, win.end - win.start))
+    drawn = _draw(stage, win, did, title, heading, max(span_s, win.end - win.start))
+    if len(getattr(stage, "head_dims", ())) <= 1:
+        return drawn
+    # a stage of several head dims (stage 24): ``stage`` at the head dim of the trace (timeline_section.model_stage)
+    tile = f"Head dim {stage.head_dim}: the model of its tile, {stage.block_m} query rows × {stage.block_n} keys. "
+    return replace(drawn, caption=tile + drawn.caption)
 
 
 def _draw(stage, win: Window, did: str, title: str, heading: str, span: float) -> Diagram:

@@ -1,7 +1,9 @@
 """The timeline part of a stage page's #diagrams section: what the GPU did (the committed trace
 records, non-causal and, where recorded, causal, in tabs), the schedule model's prediction for the
 same window under it, and the two set against each other in words: time per K/V step, the traced
-build's overhead, and a flag when the trace is older than the stage's sources.
+build's overhead, and a flag when the trace is older than the stage's sources. A stage that serves
+several head dims (stage 24) shows its records at the others (`--head-dim`) in tabs of their own,
+after the head dim its figures draw, the model at each head dim's tile where its [[schedule]] holds.
 
 A backward stage's page (Act V) has the same part once its stage has a trace (backward_section; its
 records in bench/results/traces/<gpu>/backward/), in the backward's words: a step is a query block.
@@ -73,10 +75,23 @@ class StepComparison:
         return abs(self.ratio - 1) > DISAGREE
 
 
+def model_stage(stage, head_dim: int):
+    """The stage as the schedule model takes it at ``head_dim``: that head dim's tile (query rows, keys,
+    head dim: Stage.at_head_dim) in the spec's [[schedule]], where the schedule still describes the
+    kernel (its consumers, V of q's head dim: 96 and 256 at stage 24); None where it does not (64's
+    third consumer, 192's V of 128): not modelled."""
+    if head_dim == stage.head_dim:
+        return stage
+    tiled = stage.at_head_dim(head_dim)
+    return tiled if len(tiled.roles) == len(stage.roles) and stage.head_dim_v(head_dim) == head_dim else None
+
+
 def step_comparison(stage, record: dict) -> StepComparison | None:
-    if not record.get("per_step_ns"):
+    """None: the record has no time per step, or its head dim is not modelled."""
+    model = model_stage(stage, traces.head_dim_of(record))
+    if not record.get("per_step_ns") or model is None:
         return None
-    pred = schedule.predict(stage)
+    pred = schedule.predict(model)
     return StepComparison(record["per_step_ns"], pred.period * 1e9, record["overhead"]["pct"], pred.bound,
                           record.get("clock_mhz"))
 
@@ -87,17 +102,20 @@ def diagrams_for(stage, record: dict | None, causal_record: dict | None, prev: d
     {causal: (previous stage's id, its record's stats)}. A pure function of the spec and records."""
     out = []
     view = timeline_focus.focus(stage).view
-    for rec, suffix in ((record, ""), (causal_record, "-causal")):
+    for rec in (record, causal_record):
         if rec is None:
             continue
         lay = trace_lanes.layout(rec)
-        before, after = trace_lanes.steps(lay)
-        win = measured_window(stage, before, after) if before else own_window(stage)
-        causal = bool(suffix)
+        causal = rec["causal"]
         against = (prev or {}).get(causal)
         out += [trace_diagram(stage, rec, causal=causal, prev=against, view=view),
-                trace_diagram(stage, rec, every_warp=True, causal=causal),
-                model_window_diagram(stage, win, lay.length * 1e-9, f"{_p_id(stage)}{stage.id}-model{suffix}")]
+                trace_diagram(stage, rec, every_warp=True, causal=causal)]
+        model = model_stage(stage, traces.head_dim_of(rec))
+        if model is not None:
+            before, after = trace_lanes.steps(lay)
+            win = measured_window(model, before, after) if before else own_window(model)
+            did = f"{_p_id(stage)}{stage.id}-model{_suffix(rec)}"
+            out.append(model_window_diagram(model, win, lay.length * 1e-9, did))
     if not out:
         out.append(timeline_diagram(stage, None))
     return out
@@ -122,25 +140,57 @@ def stage_section(stage, prev, inp, site, cache, keep: dict | None = None) -> st
                    "(`bench/results/traces/<gpu>/<NN>.json`). Below, the schedule model's prediction alone.")
                 + figures([by_id[f"s{stage.id}-timeline"]], site, depth=2))
         return UNTRACED + _wrap(stage, site, html)
-    tabs = []
+    shown = [r for r, _ in _tab_order(stage, record, causal_record) if r is not None]
     if keep is not None:
-        first = next(suffix for rec, suffix in _tab_order(stage, record, causal_record) if rec is not None)
-        keep[stage.number] = by_id[f"s{stage.id}-trace{first}"]
-    for rec, suffix in _tab_order(stage, record, causal_record):
-        if rec is None:
-            continue
-        prev_rec = prev_records[rec["causal"]]
-        body = [_stale(stage, rec, inp.trace_gpu), _focus_note(stage),
-                figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
-                figures([by_id[f"s{stage.id}-model{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
-                _comparison(stage, rec),
-                _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
-                        figures([by_id[f"s{stage.id}-trace{suffix}-warps"]], site, depth=2, scroll=MIN_WIDTH,
-                                defer=True)),
-                _folded("Median time of each event" + (f", against stage {prev.id}" if prev_rec else ""),
-                        _event_table(prev, rec, prev_rec))]
-        tabs.append((f"Measured, {'causal' if suffix else 'non-causal'}", "\n".join(b for b in body if b)))
+        keep[stage.number] = by_id[f"s{stage.id}-trace{_suffix(shown[0])}"]
+    tabs = [_tab(stage, prev, rec, prev_records[rec["causal"]], by_id, site, inp.trace_gpu) for rec in shown]
+    for d in inp.other_head_dims(stage):  # stage 24's other head dims, each set against nothing
+        pair = (inp.trace(stage, False, d), inp.trace(stage, True, d))
+        by_id |= {x.id: x for x in _drawn(stage, *pair, {}, cache)}
+        tabs += [_tab(stage, None, rec, None, by_id, site, inp.trace_gpu)
+                 for rec, _ in _tab_order(stage, *pair) if rec is not None]
     return _wrap(stage, site, tabbed(f"timeline-{stage.id}", tabs) if len(tabs) > 1 else tabs[0][1])
+
+
+def _tab(stage, prev, rec: dict, prev_rec: dict | None, by_id: dict, site, gpu: str | None) -> tuple[str, str]:
+    """(label, HTML) of one record's tab: its timeline, the model's for the same window, the two compared."""
+    suffix = _suffix(rec)
+    model = by_id.get(f"s{stage.id}-model{suffix}")
+    body = [_stale(stage, rec, gpu), _focus_note(stage),
+            figures([by_id[f"s{stage.id}-trace{suffix}"]], site, depth=2, scroll=MIN_WIDTH),
+            figures([model], site, depth=2, scroll=MIN_WIDTH) if model else "",
+            _head_dim_note(stage, rec), _comparison(stage, rec),
+            _folded(f"Every traced warp: {len(trace_lanes.layout(rec, every_warp=True).lanes)} lanes",
+                    figures([by_id[f"s{stage.id}-trace{suffix}-warps"]], site, depth=2, scroll=MIN_WIDTH,
+                            defer=True)),
+            _folded("Median time of each event" + (f", against stage {prev.id}" if prev_rec else ""),
+                    _event_table(prev, rec, prev_rec))]
+    d = traces.head_dim_of(rec)
+    dim = f"head dim {d}, " if d != stage.head_dim else ""
+    return f"Measured, {dim}{'causal' if rec['causal'] else 'non-causal'}", "\n".join(b for b in body if b)
+
+
+def _suffix(record: dict) -> str:
+    """What a record's figure ids end with: its head dim's tag (none at 128), then -causal for the mask."""
+    return traces.head_dim_tag(traces.head_dim_of(record)) + ("-causal" if record["causal"] else "")
+
+
+def _head_dim_note(stage, record: dict) -> str:
+    """At a head dim other than the one the figures draw: what the model takes of its tile, and what not."""
+    d = traces.head_dim_of(record)
+    if d == stage.head_dim:
+        return ""
+    model = model_stage(stage, d)
+    if model is None:
+        return _p(f"*Head dim {d} is not modelled*: its kernel is not the one the `[[schedule]]` of stage.toml "
+                  f"describes (written for head dim {stage.head_dim}: its consumers, V of q's head dim), so no "
+                  "prediction is drawn under the measured timeline.")
+    q, q0 = stage.constants(d)["Q_STAGES"], stage.constants()["Q_STAGES"]
+    rest = (f": {q} Q buffer{'s' if q > 1 else ''} where the schedule has {q0}, so the model loads the next tile's Q "
+            "under the current tile's last steps, where the kernel waits for a free Q buffer" if q != q0 else "")
+    return _p(f"*Head dim {d}*: the model takes this head dim's tile ({model.block_m} query rows × {model.block_n} "
+              f"keys, `HeadDimTile<{d}>`) into the `[[schedule]]` written for head dim {stage.head_dim}, so its time "
+              f"per K/V step is this tile's; what else differs is not modelled{rest}.")
 
 
 def backward_section(stage, prev, inp, site, cache) -> str | None:
@@ -232,8 +282,11 @@ def _stale(stage, record: dict, gpu: str | None) -> str:
     if not traces.is_stale(record, stage):
         return ""
     backward = traces.is_backward(record)
-    name = f"bench/results/traces/{gpu}/{'backward/' if backward else ''}{traces.record_name(stage.id, record['causal'])}"
-    command = "python -m bench.trace --lineage backward" if backward else "python -m bench.trace"
+    d = traces.head_dim_of(record)
+    name = (f"bench/results/traces/{gpu}/{'backward/' if backward else ''}"
+            f"{traces.record_name(stage.id, record['causal'], d)}")
+    command = ("python -m bench.trace --lineage backward" if backward else
+               "python -m bench.trace" + (f" --stages {stage.number} --head-dim {d}" if d != stage.head_dim else ""))
     return ('<div class="admonition warning"><p class="admonition-title">Stale trace</p>'
             f"<p>{STALE} This trace was recorded on older sources of the stage (source hash "
             f"<code>{esc(record['source_hash'])}</code>; the stage's is now <code>{esc(stage.source_hash())}</code>): "
@@ -252,6 +305,8 @@ def _comparison(stage, record: dict) -> str:
                 "trace shows the protocol and the relative durations, not exact times.")
     backward = traces.is_backward(record)
     step = "query block" if backward else "K/V step"
+    if cmp is None and record.get("per_step_ns"):  # not modelled at its head dim (_head_dim_note)
+        return _p(f"**Per {step}**: measured **{fmt_ns(record['per_step_ns'])}** (traced build). {overhead}")
     if cmp is None:
         return _p(f"This record has no time per {step}. {overhead}")
     lay = trace_lanes.layout(record)

@@ -13,6 +13,8 @@ its query blocks for K/V steps, its events' names, the colours of the backward's
 
 from __future__ import annotations
 
+from hopattn.records.traces import head_dim_tag, record_name
+
 from . import trace_lanes
 from .diagram import Diagram
 from .svg import Canvas, color, num, text_width
@@ -119,10 +121,11 @@ def trace_diagram(stage, record: dict, *, every_warp: bool = False, causal: bool
     zoom = trace_lanes.boundary_zoom(lay, record.get("per_step_ns")) if view == "boundary" else None
     boundary = zoom is not None
     zoom = zoom or trace_lanes.zoom(lay, record.get("per_step_ns"))
-    suffix = ("-causal" if causal else "") + ("-warps" if every_warp else "")
+    head_dim = record["shape"]["head_dim"]
+    suffix = head_dim_tag(head_dim) + ("-causal" if causal else "") + ("-warps" if every_warp else "")
     did = f"{'b' if words.backward else 's'}{stage.id}-trace{suffix}"
     wgmma = any(ln.spans for ln in lay.lanes)
-    mask = "causal" if causal else "non-causal"
+    mask = ("" if head_dim == stage.head_dim else f"head dim {head_dim}, ") + ("causal" if causal else "non-causal")
     shape = record["shape"]
     title = f"{words.stage} {stage.id} measured timeline ({mask}{', every warp' if every_warp else ''})"
     n_bars = sum(len(ln.bars) for ln in lay.lanes)
@@ -511,6 +514,9 @@ def _caption(stage, record: dict, lay, every_warp: bool, wgmma: bool, words: _Wo
                      "recorded")
     idle = f" ({'; '.join(notes)})" if notes else ""
     folder = "nvidia-h200/backward" if words is not None and words.backward else "nvidia-h200"
-    return (f"{shown}, from `bench/results/traces/{folder}/{stage.id}{'-causal' if record['causal'] else ''}.json`. "
+    head_dim = record["shape"]["head_dim"]
+    drawn = f"Head dim {head_dim}. " if len(getattr(stage, "head_dims", ())) > 1 else ""  # a stage of several (24)
+    name = record_name(stage.id, record["causal"], head_dim)
+    return (f"{drawn}{shown}, from `bench/results/traces/{folder}/{name}`. "
             f"The traced build ran {over['pct']:+.1f} % against the plain one{idle}: the lengths are relative, not "
             f"exact. Hover a bar for its event, tile, step and times; [how a trace is recorded and read]({METHOD}).")

@@ -1,6 +1,7 @@
 """The trace records (bench/results/traces/<gpu-slug>/<NN>[-causal].json): what every warp of the
 CTAs on one SM did, and when, in one launch of a stage built with its trace points on
 (common/trace.cuh, recorded by common/trace_recorder.cuh; the producer is `python -m bench.trace`).
+A record at a head dim other than 128 (stage 24's, `--head-dim`) names it: <NN>-d<head dim>[-causal].json.
 The backward's (Act V) sit in a folder of their own, bench/results/traces/<gpu-slug>/backward/
 <NN>[-causal].json: its stages number like the forward's (both have an 03), and the forward's
 readers, which take every *.json of the GPU's folder, see nothing new. A backward record says so
@@ -32,6 +33,7 @@ EVENTS = ("load_q", "load_k", "load_v", "load_kv", "wait_q", "wait_k", "wait_v",
           "wait_turn", "wait_tile", "qk", "wait_qk", "softmax", "rescale", "pv", "wait_pv", "epilogue", "store")
 # What a K/V step is measured by: the start of each step's first GEMM, else of its load.
 STEP_EVENTS = ("qk", "load_kv", "wait_kv", "load_k")
+HEAD_DIM = 128  # every stage's figures' (stage.toml's [tile]); stage 24's others are recorded with --head-dim
 WINDOW_STEPS = (5, 6)  # K/V steps before and after the tile boundary the window is centred on
 EVENT_FIELDS = ("slot", "warp", "event", "tile", "kv", "start_ns", "end_ns")
 # The backward's events: trace_bwd::TraceBackwardEvent in kernels/attention_backward/common/
@@ -70,8 +72,18 @@ def events_of(record: dict) -> tuple[str, ...]:
     return BACKWARD_EVENTS if is_backward(record) else EVENTS
 
 
-def record_name(stage_id: str, causal: bool) -> str:
-    return f"{stage_id}{'-causal' if causal else ''}.json"
+def head_dim_of(record: dict) -> int:
+    return record["shape"]["head_dim"]
+
+
+def head_dim_tag(head_dim: int) -> str:
+    """What names a record (and its figures) at a head dim other than HEAD_DIM: '-d256'; '' at HEAD_DIM."""
+    return "" if head_dim == HEAD_DIM else f"-d{head_dim}"
+
+
+def record_name(stage_id: str, causal: bool, head_dim: int = HEAD_DIM) -> str:
+    """<NN>[-d<head dim>][-causal].json: head dim 128's records keep the names they had before stage 24."""
+    return f"{stage_id}{head_dim_tag(head_dim)}{'-causal' if causal else ''}.json"
 
 
 # --- from the device's buffers to a record -------------------------------------------------------
@@ -272,7 +284,8 @@ def from_device(stage: lineage.Stage, shape: dict, causal: bool, records, bases,
 def write(folder_path, run: dict, record: dict) -> Path:
     data = dict(record, run=run)
     validate(data, "<new trace>")
-    path = Path(folder_path) / record_name(record["stage"], record["causal"])  # (the backward's: its folder's)
+    name = record_name(record["stage"], record["causal"], head_dim_of(record))
+    path = Path(folder_path) / name  # (the backward's: its folder's)
     files.write_atomic(path, files.dumps(data))
     return path
 
@@ -348,10 +361,10 @@ def load(path) -> dict:
     return validate(files.read_json(path, TraceError), str(path))
 
 
-def load_all(gpu_folder, backward: bool = False) -> dict[tuple[str, bool], dict]:
-    """{(stage id, causal): record} for every trace record of one GPU (``backward``: of its backward
-    stages, from the backward/ folder in it; none when there is no such folder). A record in the
-    wrong folder fails, naming its file."""
+def load_all(gpu_folder, backward: bool = False) -> dict[tuple[str, bool, int], dict]:
+    """{(stage id, causal, head dim): record} for every trace record of one GPU (``backward``: of its
+    backward stages, from the backward/ folder in it; none when there is no such folder). A record in
+    the wrong folder, or in a file its stage, mask and head dim do not name, fails, naming its file."""
     out = {}
     where = backward_folder(gpu_folder) if backward else Path(gpu_folder)
     for path in sorted(where.glob("*.json")):
@@ -359,7 +372,10 @@ def load_all(gpu_folder, backward: bool = False) -> dict[tuple[str, bool], dict]
         if is_backward(data) != backward:
             raise TraceError(f"{path}: a {'forward' if backward else 'backward'} stage's trace in the "
                              f"{'backward' if backward else 'forward'} stages' folder")
-        out[(data["stage"], data["causal"])] = data
+        expected = record_name(data["stage"], data["causal"], head_dim_of(data))
+        if path.name != expected:
+            raise TraceError(f"{path}: its record is of {expected} (stage, mask and head dim)")
+        out[(data["stage"], data["causal"], head_dim_of(data))] = data
     return out
 
 
