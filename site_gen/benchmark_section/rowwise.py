@@ -317,7 +317,8 @@ def climb_diagram(data: dict, gpu_name: str, date: str, *, chart_id: str = "clim
     c.text(12, yb + 18, "Right of the stages: the peers at each length (eager PyTorch, torch.compile, Liger, QuACK).",
            size=12, fill="muted")
     c.height = int(yb + 30)
-    cap = (f"One run ({date}): every stage, the copy and the peers timed in it, so each ratio is a same-run ratio. "
+    cap = (f"One run ({date}): the stages, the copy and the peers timed in it, so each ratio is a same-run ratio "
+           "(a stage without points was not in the run). "
            f"{counts}")
     return Diagram(chart_id, title, "chart", None, c.tostring(), cap, W, c.height)
 

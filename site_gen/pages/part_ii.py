@@ -274,8 +274,8 @@ def benchmark_md(stage, prev, current_hash: str, results: list, climb_md: str = 
     if not climb_md:
         return table
     at = ", ".join(lin.lengths[:-1]) + " and " + lin.lengths[-1]
-    return (table + f"\nThe {lin.label} climb: every stage of the same run at {at} against the copy "
-            "of each length (dashed), the peers to the right.\n\n" + climb_md)
+    return (table + f"\nThe {lin.label} climb: the stages the latest run timed, at {at}, against the "
+            "copy of each length (dashed), the peers to the right; a stage without points was not in that run.\n\n" + climb_md)
 
 
 def headline_md(stage=None, current_hash: str = "", results: list | None = None) -> str:
