@@ -242,7 +242,7 @@ def last_measured_log(stage) -> str | None:
     measured = notes[notes.index("## Measured"):].split("\n## ", 1)[0]
     logs = re.findall(r"`(bench/logs/[^`]+\.log)`", measured)
     if len(logs) > 1:
-        root = stage.notes_path.parent.parent.parent.parent
+        root = stage.dir.parents[2]  # kernels/<lineage>/NN_slug -> the repository
         logs = [log for log in logs if (root / log).is_file()
                 and (root / log).read_text().startswith(f"# {lineage_of(stage).command}")]
     return logs[0] if len(logs) == 1 else None
