@@ -319,7 +319,8 @@ def _backward_diagrams(stage, stages, specs: list, cache: DiskCache) -> list[Dia
     def make():
         return [dataclasses.asdict(d) for d in backward_diagrams(stage, stages)]
 
-    drawn = cache.get("backward-diagrams", [stage.name, specs], make,
+    # the kernel's source too: the CTA-order figure reads its WINDOW_WAVES
+    drawn = cache.get("backward-diagrams", [stage.name, specs, stage.kernel_path.read_text()], make,
                       code=[Path(diagram.__file__).parent, Path(lineage.__file__)], libraries=["svgwrite"])
     return [Diagram(**d) for d in drawn]
 

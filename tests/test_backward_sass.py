@@ -366,7 +366,7 @@ NINE = "09_out-of-phase"
 def test_stage_09_is_08_with_the_exchange_and_the_turns():
     stages = lineage.discover(lineage.BACKWARD_DIR)
     eight, nine = _stage(EIGHT), _stage(NINE)
-    assert stages[-1].dir.name == NINE and stages[-2].dir.name == EIGHT and nine.number == 9
+    assert stages[8].dir.name == NINE and stages[7].dir.name == EIGHT and nine.number == 9
     assert (nine.threads, nine.diagram) == (eight.threads, eight.diagram) and nine.roles[0] == eight.roles[0]
     assert nine.smem_bytes == eight.smem_bytes + 128 * 64 * 2 + 4 * 8 <= 227 * 1024  # a second dSᵀ tile, 4 mbarriers
     source8, source9 = (s.kernel_path.read_text() for s in (eight, nine))
@@ -398,3 +398,49 @@ def test_stage_09_compiles_as_its_notes_say(tmp_path):
     assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" not in sass and "BAR.SYNC.DEFER_BLOCKING 0x2, 0x100" not in sass
     assert sass.count("MUFU.EX2") == 128 and sass.count("UBLKRED.G.S.ADD.F32") == 1
     assert len(sass.splitlines()) == 2600  # 08: 2408
+
+
+# --- stage 10: causal CTAs heaviest first ----------------------------------------------------------
+
+TEN = "10_heavy-first"
+
+
+def _body(source: str) -> str:
+    """The source after its head comment."""
+    return source[source.index("#include"):]
+
+
+def test_stage_10_is_09_with_the_cta_order_alone():
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    nine, ten = _stage(NINE), _stage(TEN)
+    assert stages[9].dir.name == TEN and ten.number == 10
+    assert (ten.threads, ten.diagram, ten.roles, ten.smem, ten.schedule) == \
+        (nine.threads, nine.diagram, nine.roles, nine.smem, nine.schedule)
+    assert (nine.cta_order, ten.cta_order) == ("blockidx", "heavy-first")
+    source9, source10 = (s.kernel_path.read_text() for s in (nine, ten))
+    assert source10.startswith("// Backward stage 10")
+    # 09's kernel but for cta_tile() and the three places that read the CTA's coordinates from it
+    body9, body10 = _body(source9), _body(source10)
+    start, end = body10.index("struct CtaTile"), body10.index("__global__ void __launch_bounds__(NUM_THREADS, 1) dkdv_kernel")
+    rest10 = body10[:start] + body10[end:]
+    for old, new in (("blockIdx.z * p.kv_heads + blockIdx.y", "tile.batch * p.kv_heads + tile.kv_head"),
+                     (": int(blockIdx.x));", ": tile.key_block);"),
+                     ("steps.kv_head = blockIdx.y;", "steps.kv_head = tile.kv_head;"),
+                     ("steps.batch = blockIdx.z;", "steps.batch = tile.batch;")):
+        assert old in body9 and new in rest10, (old, new)
+        rest10 = rest10.replace(new, old)
+    rest10 = rest10.replace("    const CtaTile tile = cta_tile(p);\n", "")
+    rest10 = rest10.replace("The CTA's key block: cta_tile's, or", "The CTA's key block: its blockIdx, or")
+    assert rest10 == body9
+    assert "constexpr int WINDOW_WAVES = 2;" in body10 and "%%nsmid" in body10
+
+
+def test_stage_10_compiles_as_its_notes_say(tmp_path):
+    stage = _stage(TEN)
+    ptxas, sass = _compile(stage, stage.kernel_path, tmp_path / "ten.fatbin")
+    for remark in REMARKS:
+        assert remark not in ptxas, f"ptxas serialised or waited on the wgmmas: {ptxas}"
+    assert "0 bytes spill stores, 0 bytes spill loads" in ptxas, ptxas
+    assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168
+    assert sass.count("HGMMA.64x64x16") == 56 and sass.count("HGMMA.64x128x16") == 16  # 09's products
+    assert len(sass.splitlines()) == 2712  # 09: 2600; cta_tile's index arithmetic, once a CTA

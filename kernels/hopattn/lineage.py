@@ -111,6 +111,7 @@ def optional(kind: Kind, default, doc: str = ""):
 
 
 GRIDS = ("tiles", "num_sms")
+CTA_ORDERS = ("blockidx", "heavy-first")
 P_OPERANDS = ("smem", "registers")
 DQ_DETERMINISTIC = ("second pass", "ordered")  # how a backward stage's deterministic mode sums dQ
 
@@ -129,6 +130,10 @@ class Launch:
                          doc="tiles: a CTA per output tile (q-blocks, heads, batch); num_sms: a CTA per SM "
                              "looping over the output tiles (persistent)")
     cluster: int = optional(POSITIVE, 1, doc="CTAs of a cluster multicasting K/V")
+    cta_order: str = optional(_choice(CTA_ORDERS), "blockidx",
+                              doc="backward stages: blockidx: a CTA's key block, K/V head and batch are its "
+                                  "blockIdx (x, y, z); heavy-first: causal CTAs map their linear index to the "
+                                  "heaviest key blocks first, a window of (K/V head, batch) pairs at a time")
 
 
 def _is_head_dim(v) -> bool:
@@ -395,6 +400,7 @@ class Stage:
     head_dims: tuple[tuple[int, int], ...] = ((128, 128),)  # supports.head_dims: (q and k, v) pairs served
     grid: str = "tiles"  # launch.grid: "tiles" or "num_sms"
     cluster: int = 1  # launch.cluster
+    cta_order: str = "blockidx"  # launch.cta_order (backward stages)
     movement: Movement = Movement()
     diagram: Diagram = Diagram()
 
@@ -605,7 +611,7 @@ def load_stage(folder: Path) -> Stage:
         roles=spec.roles, smem=spec.smem, schedule=spec.schedule,
         gqa=spec.supports.gqa, lse=spec.supports.lse, deterministic=spec.supports.deterministic,
         head_dims=spec.supports.head_dims or ((spec.tile.head_dim, spec.tile.head_dim),),
-        grid=spec.launch.grid, cluster=spec.launch.cluster,
+        grid=spec.launch.grid, cluster=spec.launch.cluster, cta_order=spec.launch.cta_order,
         movement=spec.movement, diagram=spec.diagram,
     )
 

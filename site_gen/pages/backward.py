@@ -28,8 +28,9 @@ UNCHANGED = {"memory": "the operands live where they did there", "dq": "dQ is su
              "roles": "the roles and their barriers are the same", "timeline": "the schedule model places the same work"}
 # The figure each backward stage's page opens with: the picture of what its one change changes
 # (by kind; default: the operands'). 04-06 (kernels/attention_backward/): dQ through shared memory,
-# dQ's deterministic mode as ordered additions, the roles of warp specialization.
-LEAD = {1: "memory", 2: "dq", 4: "dq", 5: "dq", 6: "roles"}
+# dQ's deterministic mode as ordered additions, the roles of warp specialization; 10: the causal
+# CTAs' order (a figure of its own kind, drawn for the stages whose launch.cta_order is heavy-first).
+LEAD = {1: "memory", 2: "dq", 4: "dq", 5: "dq", 6: "roles", 10: "cta-order"}
 FOLDER = "backward"
 
 
