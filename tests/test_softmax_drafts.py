@@ -1,5 +1,5 @@
-"""Softmax forward stage 06, a lean element loop, drafted in research/softmax/drafts/06_lean-element-loop/
-for the next GPU session (research/softmax/drafts/README.md says how it moves in).
+"""Softmax forward stage 06, a lean element loop, drafted in research/softmax/drafts/ and, after its GPU
+run (2026-12-03T0951), moved into kernels/softmax/06_lean-element-loop/: these checks of the draft stay.
 
 Here it is assembled beside the lineage's headers and its stages up to 05, as it will be when it joins,
 read as a stage (its stage.toml and [constants] checked as the lineage's are, its [[config]] against its
@@ -26,7 +26,7 @@ from hopattn import build, cuda_tools, lineage, softmax_lineage
 pytestmark = pytest.mark.nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
-DRAFTS = ROOT / "research" / "softmax" / "drafts"
+DRAFTS = ROOT / "kernels" / "softmax"  # 06 moved in after its GPU run (2026-12-03T0951); compared with 05 still
 DRAFT = "06_lean-element-loop"
 PREVIOUS = "05_small-ctas-for-long-rows"
 BF16_16K = "_Z12softmax_rowsI13__nv_bfloat16Li256ELi8ELi1ELi1EEv13SoftmaxParams"  # 256 threads x 8 vectors
@@ -157,11 +157,10 @@ def _ptxas(log: str) -> dict[str, tuple[int, int, int, int]]:
     return out
 
 
-def test_the_draft_is_not_in_the_lineage_yet():
-    """A draft: kernels/softmax/ must not hold it before its GPU run (it would be the default op)."""
+def test_the_draft_moved_in_once():
+    """06 ran on the GPU and moved into kernels/softmax/: no copy of it is left among the drafts."""
     assert (DRAFTS / DRAFT / "kernel.cu").is_file()
-    if (softmax_lineage.SOFTMAX_DIR / DRAFT).is_dir():  # it moved in: the draft folder should be gone
-        pytest.fail(f"{DRAFT} is in kernels/softmax/ and still in research/softmax/drafts/: delete the draft")
+    assert not (ROOT / "research" / "softmax" / "drafts" / DRAFT).exists()
 
 
 def test_the_draft_reads_as_the_next_softmax_stage(tmp_path):
@@ -185,7 +184,7 @@ def test_the_draft_reads_as_the_next_softmax_stage(tmp_path):
     notes = draft.notes_path.read_text()
     assert notes.index("## Prediction") < notes.index("## Measured") < notes.index("## What the compiler made of it")
     measured = notes[notes.index("## Measured"):notes.index("## What the compiler made of it")]
-    assert "**Not measured yet.**" in measured and "`python -m bench.rowwise_softmax`" in measured
+    assert "`python -m bench.rowwise_softmax`" in measured and "softmax-bench-nvidia-h200-20261203T0951.log" in measured
     assert "research/softmax/gpu_run.sh" in measured and "ptxas -v" in notes
 
 
