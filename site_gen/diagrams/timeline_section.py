@@ -269,9 +269,17 @@ def _drawn(stage, record, causal_record, against, cache, namespace: str = "timel
     return [Diagram(**d) for d in drawn]
 
 
+DEFERRED_BYTES = 200_000  # a timeline this large (stage 24's six traces) is loaded by its page, not carried
+
+
 def _wrap(stage, site, html: str) -> str:
-    """The section's body; the stage page puts it under its ### heading (anchor #timeline)."""
-    return site.add_fragment(f"timeline-{stage.name}", html)
+    """The section's body; the stage page puts it under its ### heading (anchor #timeline). One of
+    DEFERRED_BYTES or more is written beside the page and loaded by it (as the diffs are), so the page
+    stays under the size a phone loads quickly."""
+    file = None
+    if len(html.encode()) >= DEFERRED_BYTES:
+        file = (f"assets/generated/timelines/{stage.name}.html", 2, "the measured timeline")
+    return site.add_fragment(f"timeline-{stage.name}", html, file=file)
 
 
 def _p(markdown: str) -> str:
