@@ -18,6 +18,7 @@ import triton
 from hopattn.integrations import transformers as hop_tf
 from hopattn.records import runs
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -99,14 +100,17 @@ for name, fn in ARMS.items():
     for _ in range(3):
         step(fn)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
             step(fn)
         torch.cuda.synchronize()
     print(f"\n== {name}: CUDA kernels of one forward + backward (mean of 5)")
-    rows = [e for e in prof.key_averages() if e.device_time_total > 0]
-    rows.sort(key=lambda e: -e.device_time_total)
-    total = sum(e.device_time_total for e in rows) / 5
-    for e in rows[:14]:
-        print(f"  {e.device_time_total / 5 / 1000:8.3f} ms  x{e.count // 5:<3d} {e.key[:110]}")
-    print(f"  {total / 1000:8.3f} ms  in all")
+    per_kernel = {}  # name -> [µs, launches]
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            entry = per_kernel.setdefault(e.name, [0.0, 0])
+            entry[0] += e.time_range.elapsed_us()
+            entry[1] += 1
+    for kernel, (us, count) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:14]:
+        print(f"  {us / 5 / 1000:8.3f} ms  x{count // 5:<3d} {kernel[:110]}")
+    print(f"  {sum(us for us, _ in per_kernel.values()) / 5 / 1000:8.3f} ms  in all")
