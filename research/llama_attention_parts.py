@@ -12,13 +12,12 @@ process, then lists every CUDA kernel one forward + backward launches, with its 
 import sys
 from types import SimpleNamespace
 
-import hopattn
 import torch
 import triton
 from hopattn.integrations import transformers as hop_tf
 from hopattn.records import runs
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.autograd import DeviceType
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -82,8 +81,8 @@ times = {}
 for name, fn in ARMS.items():
     try:
         step(fn)
-        f = triton.testing.do_bench(lambda: forward_only(fn), warmup=20, rep=200, return_mode="median")
-        fb = triton.testing.do_bench(lambda: step(fn), warmup=20, rep=300, return_mode="median")
+        f = triton.testing.do_bench(lambda fn=fn: forward_only(fn), warmup=20, rep=200, return_mode="median")
+        fb = triton.testing.do_bench(lambda fn=fn: step(fn), warmup=20, rep=300, return_mode="median")
     except Exception as e:  # a backend torch cannot run here: say so, keep the others
         print(f"{name:8s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
         continue
