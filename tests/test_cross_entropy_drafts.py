@@ -71,7 +71,8 @@ def test_the_draft_is_the_next_stage(tmp_path, name):
         (c.threads_per_row, c.vectors, c.rows_per_cta, c.cluster) for c in previous]  # the previous stage's table
     notes = stage.notes_path.read_text()
     assert notes.index("## Prediction") < notes.index("## Measured") < notes.index("## What the compiler made of it")
-    assert "**Not measured yet.**" in notes[notes.index("## Measured"):] and "ptxas -v" in notes and "GB/s" in notes
+    measured = notes[notes.index("## Measured"):]
+    assert ("**Not measured yet.**" in measured or "**Measured as a draft" in measured) and "ptxas -v" in notes and "GB/s" in notes
 
 
 @pytest.mark.slow  # a minute: 45 instances for sm_90a
