@@ -62,6 +62,15 @@ class StubLibrary:
         self.launches += 1
         self.last = args  # the binding's arguments: pointers, strides, sizes, scale, causal, SMs, stream, ...
 
+    def prepare(self, *args) -> tuple:
+        self.prepared = getattr(self, "prepared", 0) + 1
+        return args  # the binding's PreparedLaunch: strides, sizes, scale, causal, SMs, K/V heads
+
+    def launch_prepared(self, prepared, q, k, v, o, lse, stream) -> None:
+        self.launches += 1
+        p = prepared  # recorded in launch()'s order, as the binding would have been given them
+        self.last = (q, k, v, o, *p[0:4], *p[4:9], p[9], p[10], p[11], stream, p[12], lse)
+
     def describe(self) -> dict:
         return {"threads": 384, "dynamic_smem": 0, "static_smem": 0, "registers": 168, "max_threads": 384,
                 "local_bytes": 0, "block_m": 128, "block_n": 128}
@@ -371,6 +380,9 @@ def gpu_profile(calls: int = 5000, top: int = 30) -> None:
             call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, call.head_dim,
             call.scale, call.causal, api._sm_count(q.device), torch._C._cuda_getCurrentRawStream(index),
             call.kv_heads, 0),
+        "lib.launch_prepared (the prepared arguments, as api._run)": lambda: lib.launch_prepared(
+            api._prepared(call, lib, q, k, v, out, api._sm_count(q.device)), q.data_ptr(), k.data_ptr(),
+            v.data_ptr(), out.data_ptr(), 0, torch._C._cuda_getCurrentRawStream(index)),
         "api._run (fresh out)": lambda: api._run(call, q, k, v, out, fresh_out=True),
         "hopattn.attention bshd": lambda: api.attention(q, k, v, layout="bshd"),
         "torch.ops.hopattn.attention.default": lambda: torch.ops.hopattn.attention.default(

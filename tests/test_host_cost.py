@@ -281,3 +281,21 @@ def test_the_autocast_guard_reads_the_state_under_either_name(monkeypatch):
         else:
             op._autocast_cuda_dtype = torch.float16  # ... or sets its attribute
         assert api._plain_eager(torch.zeros(1)) is False  # the dispatch applies the rule
+
+
+def test_the_launch_arguments_are_prepared_once_per_call_shape_and_strides(stubbed):
+    """api._prepared: the binding converts a call's strides and sizes once; the same call again only
+    passes its pointers, and other strides (or another stage's library) get arguments of their own."""
+    _, libraries = stubbed
+    q = bshd(b=2)
+    api.attention(q, q, q, layout="bshd")
+    (lib,) = [lib for lib in libraries.values() if lib.launches]
+    assert lib.prepared == 1
+    api.attention(bshd(b=2), bshd(b=2), bshd(b=2), layout="bshd")  # new tensors, same shapes and strides
+    assert lib.prepared == 1 and lib.launches == 2
+    qh = q.transpose(1, 2)
+    api.attention(qh, qh, qh)  # the same memory as BHSD views: another checked call, its own arguments
+    assert lib.prepared == 2
+    wide = torch.empty(2, 256, 4, 256, dtype=BF16)[..., :128]  # rows twice as far apart
+    api.attention(wide, wide, wide, layout="bshd")
+    assert lib.prepared == 3 and last_launch(libraries)[4] == (256 * 4 * 256, 256, 4 * 256)

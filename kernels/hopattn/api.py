@@ -188,12 +188,26 @@ def _run(call: contract.Call, q, k, v, out, lse=None, fresh_out: bool = False) -
     index = device.index
     previous = torch.cuda._exchange_device(index)
     try:
-        lib.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), call.strides(q), call.strides(k),
-                   call.strides(v), call.strides(out), call.batch, call.heads, call.len_q, call.len_k, call.head_dim,
-                   call.scale, call.causal, _sm_count(device), torch._C._cuda_getCurrentRawStream(index),
-                   call.kv_heads, 0 if lse is None else lse.data_ptr())
+        lib.launch_prepared(_prepared(call, lib, q, k, v, out, _sm_count(device)), q.data_ptr(), k.data_ptr(),
+                            v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+                            torch._C._cuda_getCurrentRawStream(index))
     finally:
         torch.cuda._maybe_exchange_device(previous)
+
+
+def _prepared(call: contract.Call, lib, q, k, v, out, sms: int):
+    """The launch's arguments but for its pointers, converted by the binding once per (library, SM count,
+    strides of q, k, v and out) of a checked call; the shapes are the call's. Passing them every call
+    cost the binding's argument conversion, most of its time (research/host_cost.md)."""
+    key = (lib, sms, q.stride(), k.stride(), v.stride(), out.stride())
+    found = call._prepared.get(key)
+    if found is None:
+        found = lib.prepare(call.strides(q), call.strides(k), call.strides(v), call.strides(out), call.batch,
+                            call.heads, call.len_q, call.len_k, call.head_dim, call.scale, call.causal, sms,
+                            call.kv_heads)
+        if len(call._prepared) < 16:  # a call meets few stride patterns; more are converted each time
+            call._prepared[key] = found
+    return found
 
 
 def _reset_caches() -> None:

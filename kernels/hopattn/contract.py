@@ -47,6 +47,8 @@ class Call:
     head_dim_v: int = HEAD_DIM  # v's and the output's
     # strides(): (shape, strides) -> the kernel's strides, worked out once per call shape (not compared)
     _strides: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # api._prepared: (library, SMs, the four tensors' strides) -> the binding's PreparedLaunch (not compared)
+    _prepared: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def seq_axis(self) -> int:

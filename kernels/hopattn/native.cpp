@@ -23,6 +23,13 @@ using TraceCapacityFn = int (*)();
 
 using Strides = std::array<int64_t, 3>;
 
+// A forward launch's arguments but for its pointers, converted from Python once per call shape
+// (api._launch keeps one per checked Call): pybind11's conversion of the 19 arguments of launch()
+// costs several µs a call, the launch in the stage library about 4 (research/host_cost.md).
+struct PreparedLaunch {
+    AttnParams params{};
+};
+
 class StageLibrary {
 public:
     explicit StageLibrary(const std::string& path) : path_(path) {
@@ -42,11 +49,16 @@ public:
     void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, Strides q_stride, Strides k_stride,
                 Strides v_stride, Strides o_stride, int batch, int heads, int len_q, int len_k, int head_dim,
                 float scale, bool causal, int num_sms, uintptr_t stream, int kv_heads, uintptr_t lse) const {
-        AttnParams p{};
-        p.q = reinterpret_cast<const void*>(q);
-        p.k = reinterpret_cast<const void*>(k);
-        p.v = reinterpret_cast<const void*>(v);
-        p.o = reinterpret_cast<void*>(o);
+        const PreparedLaunch prepared = prepare(q_stride, k_stride, v_stride, o_stride, batch, heads, len_q, len_k,
+                                                head_dim, scale, causal, num_sms, kv_heads);
+        launch_prepared(prepared, q, k, v, o, lse, stream);
+    }
+
+    static PreparedLaunch prepare(Strides q_stride, Strides k_stride, Strides v_stride, Strides o_stride, int batch,
+                                  int heads, int len_q, int len_k, int head_dim, float scale, bool causal, int num_sms,
+                                  int kv_heads) {
+        PreparedLaunch prepared;
+        AttnParams& p = prepared.params;
         for (int i = 0; i < 3; ++i) {
             p.q_stride[i] = q_stride[i];
             p.k_stride[i] = k_stride[i];
@@ -62,6 +74,17 @@ public:
         p.causal = causal ? 1 : 0;
         p.num_sms = num_sms;
         p.kv_heads = kv_heads;
+        return prepared;
+    }
+
+    // The prepared arguments with this call's pointers (lse 0: not written).
+    void launch_prepared(const PreparedLaunch& prepared, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o,
+                         uintptr_t lse, uintptr_t stream) const {
+        AttnParams p = prepared.params;
+        p.q = reinterpret_cast<const void*>(q);
+        p.k = reinterpret_cast<const void*>(k);
+        p.v = reinterpret_cast<const void*>(v);
+        p.o = reinterpret_cast<void*>(o);
         p.lse = reinterpret_cast<float*>(lse);
         char err[512] = {0};
         int status;
@@ -244,12 +267,17 @@ private:
 PYBIND11_MODULE(_native, m) {
     m.doc() = "hopattn binding: loads stage libraries and launches their kernels";
     m.attr("ABI_VERSION") = HOPATTN_ABI_VERSION;
+    py::class_<PreparedLaunch>(m, "PreparedLaunch");
     py::class_<StageLibrary>(m, "StageLibrary")
         .def(py::init<const std::string&>(), py::arg("path"))
         .def("launch", &StageLibrary::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
              py::arg("q_stride"), py::arg("k_stride"), py::arg("v_stride"), py::arg("o_stride"), py::arg("batch"),
              py::arg("heads"), py::arg("len_q"), py::arg("len_k"), py::arg("head_dim"), py::arg("scale"),
              py::arg("causal"), py::arg("num_sms"), py::arg("stream"), py::arg("kv_heads"), py::arg("lse"))
+        .def_static("prepare", &StageLibrary::prepare, py::arg("q_stride"), py::arg("k_stride"), py::arg("v_stride"),
+                    py::arg("o_stride"), py::arg("batch"), py::arg("heads"), py::arg("len_q"), py::arg("len_k"),
+                    py::arg("head_dim"), py::arg("scale"), py::arg("causal"), py::arg("num_sms"), py::arg("kv_heads"))
+        .def("launch_prepared", &StageLibrary::launch_prepared)  // positional: (prepared, q, k, v, o, lse, stream)
         .def("describe", &StageLibrary::describe)
         .def_property_readonly("traced", &StageLibrary::traced)
         .def("trace_setup", &StageLibrary::trace_setup, py::arg("events"), py::arg("base"), py::arg("info"),
