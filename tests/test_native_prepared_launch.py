@@ -1,0 +1,56 @@
+"""The binding's prepared launch (kernels/hopattn/native.cpp, StageLibrary.prepare / launch_prepared, which
+api._run calls) hands a stage library the same AttnParams, byte for byte, as launch() with all 19 arguments
+does. Checked against a stage library that only records what it is given (built here: nvcc, no GPU)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import pytest
+from hopattn import api, build, cuda_tools, lineage
+
+pytestmark = pytest.mark.nvcc
+
+RECORDER = r"""
+#include <cstring>
+#include "abi.h"
+static AttnParams last;
+extern "C" __attribute__((visibility("default"))) int hopattn_launch(const AttnParams* p, cudaStream_t, char*, int) {
+    last = *p;
+    return 0;
+}
+extern "C" __attribute__((visibility("default"))) int hopattn_describe(KernelInfo* info, char*, int) {
+    info->abi_version = HOPATTN_ABI_VERSION;
+    return 0;
+}
+extern "C" __attribute__((visibility("default"))) int last_params(void* out) {
+    std::memcpy(out, &last, sizeof last);
+    return sizeof last;
+}
+"""
+
+
+def test_prepared_and_plain_launches_pass_the_same_params(tmp_path):
+    try:
+        nvcc = cuda_tools.require("nvcc")
+    except cuda_tools.ToolError as err:
+        pytest.skip(str(err))
+    source, library = tmp_path / "recorder.cpp", tmp_path / "recorder.so"
+    source.write_text(RECORDER)
+    subprocess.run([nvcc, "-O2", "-std=c++17", "-shared", "-Xcompiler=-fPIC", f"-I{lineage.ATTENTION_DIR / 'common'}",
+                    str(source), "-o", str(library)], check=True, capture_output=True)
+    build.build_native()
+    lib = api._native().StageLibrary(str(library))
+    recorded = ctypes.CDLL(str(library))
+    strides = [(1000, 64, 320), (2000, 128, 640), (3000, 192, 960), (4000, 256, 1280)]
+    sizes = dict(batch=2, heads=8, len_q=300, len_k=500, head_dim=96, scale=0.3, causal=True, num_sms=132, kv_heads=4)
+    plain, prepared = ctypes.create_string_buffer(1024), ctypes.create_string_buffer(1024)
+    lib.launch(11, 22, 33, 44, *strides, *list(sizes.values())[:8], 0, sizes["kv_heads"], 55)
+    n = recorded.last_params(plain)
+    lib.launch_prepared(lib.prepare(*strides, *sizes.values()), 11, 22, 33, 44, 55, 0)
+    assert recorded.last_params(prepared) == n
+    assert prepared.raw[:n] == plain.raw[:n]
+    lib.launch_prepared(lib.prepare(*strides, *sizes.values()), 11, 22, 33, 44, 0, 0)  # no lse: a null pointer
+    recorded.last_params(prepared)
+    assert prepared.raw[:n] != plain.raw[:n]
