@@ -57,13 +57,14 @@ class StubLibrary:
     def __init__(self, number: int):
         self.number = number
         self.launches = 0
+        self.prepared = 0  # the PreparedLaunch objects made (api._prepared)
 
     def launch(self, *args) -> None:
         self.launches += 1
         self.last = args  # the binding's arguments: pointers, strides, sizes, scale, causal, SMs, stream, ...
 
     def prepare(self, *args) -> tuple:
-        self.prepared = getattr(self, "prepared", 0) + 1
+        self.prepared += 1
         return args  # the binding's PreparedLaunch: strides, sizes, scale, causal, SMs, K/V heads
 
     def launch_prepared(self, prepared, q, k, v, o, lse, stream) -> None:

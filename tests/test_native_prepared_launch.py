@@ -1,45 +1,30 @@
 """The binding's prepared launch (kernels/hopattn/native.cpp, StageLibrary.prepare / launch_prepared, which
 api._run calls) hands a stage library the same AttnParams, byte for byte, as launch() with all 19 arguments
-does. Checked against a stage library that only records what it is given (built here: nvcc, no GPU)."""
+does. Checked against a stage library that only records what it is given (research/binding_cost.py builds
+it: nvcc, no GPU)."""
 
 from __future__ import annotations
 
 import ctypes
-import subprocess
+import importlib.util
+from pathlib import Path
 
 import pytest
-from hopattn import api, build, cuda_tools, lineage
+from hopattn import api, build, cuda_tools
+
+_spec = importlib.util.spec_from_file_location(
+    "binding_cost", Path(__file__).resolve().parent.parent / "research" / "binding_cost.py")
+binding_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(binding_cost)
 
 pytestmark = pytest.mark.nvcc
 
-RECORDER = r"""
-#include <cstring>
-#include "abi.h"
-static AttnParams last;
-extern "C" __attribute__((visibility("default"))) int hopattn_launch(const AttnParams* p, cudaStream_t, char*, int) {
-    last = *p;
-    return 0;
-}
-extern "C" __attribute__((visibility("default"))) int hopattn_describe(KernelInfo* info, char*, int) {
-    info->abi_version = HOPATTN_ABI_VERSION;
-    return 0;
-}
-extern "C" __attribute__((visibility("default"))) int last_params(void* out) {
-    std::memcpy(out, &last, sizeof last);
-    return sizeof last;
-}
-"""
-
-
 def test_prepared_and_plain_launches_pass_the_same_params(tmp_path):
     try:
-        nvcc = cuda_tools.require("nvcc")
+        cuda_tools.require("nvcc")
     except cuda_tools.ToolError as err:
         pytest.skip(str(err))
-    source, library = tmp_path / "recorder.cpp", tmp_path / "recorder.so"
-    source.write_text(RECORDER)
-    subprocess.run([nvcc, "-O2", "-std=c++17", "-shared", "-Xcompiler=-fPIC", f"-I{lineage.ATTENTION_DIR / 'common'}",
-                    str(source), "-o", str(library)], check=True, capture_output=True)
+    library = binding_cost.build_recorder(tmp_path)
     build.build_native()
     lib = api._native().StageLibrary(str(library))
     recorded = ctypes.CDLL(str(library))

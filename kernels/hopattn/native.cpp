@@ -24,7 +24,7 @@ using TraceCapacityFn = int (*)();
 using Strides = std::array<int64_t, 3>;
 
 // A forward launch's arguments but for its pointers, converted from Python once per call shape
-// (api._launch keeps one per checked Call): pybind11's conversion of the 19 arguments of launch()
+// (api._prepared keeps one per checked call and strides): pybind11's conversion of the 19 arguments of launch()
 // costs several µs a call, the launch in the stage library about 4 (research/host_cost.md).
 struct PreparedLaunch {
     AttnParams params{};
