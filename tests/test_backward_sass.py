@@ -444,3 +444,56 @@ def test_stage_10_compiles_as_its_notes_say(tmp_path):
     assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) == 168
     assert sass.count("HGMMA.64x64x16") == 56 and sass.count("HGMMA.64x128x16") == 16  # 09's products
     assert len(sass.splitlines()) == 2712  # 09: 2600; cta_tile's index arithmetic, once a CTA
+
+
+# --- stage 11: dQ in whole rows ----------------------------------------------------------------------
+
+ELEVEN = "11_dq-rows"
+DQ_ROWS_PATCH = Path(__file__).resolve().parent.parent / "research" / "backward_next" / "drafts_on_10" / "13_dq-rows.patch"
+
+
+def _convert_sass(fatbin: Path) -> str:
+    """The dQ conversion kernel's SASS, one instruction a line."""
+    dump = subprocess.run([_tool_or_skip("cuobjdump"), "-sass", str(fatbin)], check=True, capture_output=True,
+                          text=True).stdout
+    dump = dump[dump.index("Function : _Z17dq_convert_kernel"):]
+    dump = dump[:dump.index("Function :", 10)] if "Function :" in dump[10:] else dump
+    return "\n".join(re.sub(r"^\s+/\*[0-9a-f]{4,}\*/\s*", "", line).split(";")[0].strip()
+                     for line in dump.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line))
+
+
+def test_stage_11_is_10_with_the_dq_conversion_alone(tmp_path):
+    """11's kernel is 10's with draft 13 (research/backward_next/drafts_on_10/13_dq-rows.patch) applied,
+    but for the head comment: the conversion kernel and the host's check of dq's alignment, nothing else."""
+    stages = lineage.discover(lineage.BACKWARD_DIR)
+    ten, eleven = _stage(TEN), _stage(ELEVEN)
+    assert stages[10].dir.name == ELEVEN and eleven.number == 11
+    assert (eleven.threads, eleven.diagram, eleven.roles, eleven.smem, eleven.schedule, eleven.cta_order) == \
+        (ten.threads, ten.diagram, ten.roles, ten.smem, ten.schedule, ten.cta_order)
+    assert (ten.movement.dq_convert, eleven.movement.dq_convert) == ("fragments", "staged rows")
+    patch = _tool_or_skip("patch") if shutil.which("patch") is None else shutil.which("patch")
+    work = tmp_path / "ten"
+    work.mkdir()
+    shutil.copy(ten.kernel_path, work / "kernel.cu")
+    subprocess.run([patch, "-s", "-p1", "-d", str(work), "-i", str(DQ_ROWS_PATCH)], check=True)
+    source11 = eleven.kernel_path.read_text()
+    assert source11.startswith("// Backward stage 11")
+    assert _body(source11) == _body((work / "kernel.cu").read_text())
+
+
+def test_stage_11_compiles_as_its_notes_say(tmp_path):
+    """The dkdv kernel is 10's instruction for instruction; the conversion's global stores are 16 bytes
+    (10's: 4), through shared memory and one CTA barrier."""
+    ten, eleven = _stage(TEN), _stage(ELEVEN)
+    ten_ptxas, ten_sass = _compile(ten, ten.kernel_path, tmp_path / "ten.fatbin")
+    ptxas, sass = _compile(eleven, eleven.kernel_path, tmp_path / "eleven.fatbin")
+    assert sass == ten_sass
+    for remark in REMARKS:
+        assert remark not in ptxas, ptxas
+    assert "0 bytes spill stores, 0 bytes spill loads" in ptxas, ptxas
+    before, after = _convert_sass(tmp_path / "ten.fatbin"), _convert_sass(tmp_path / "eleven.fatbin")
+    count = lambda sass, op: len(re.findall(rf"\b{re.escape(op)}(?=\s)", sass))  # noqa: E731
+    assert (count(before, "STG.E"), count(before, "STG.E.128"), count(before, "STS")) == (16, 0, 0)
+    assert (count(after, "STG.E"), count(after, "STS"), count(after, "BAR.SYNC.DEFER_BLOCKING")) == (0, 16, 1)
+    assert count(after, "STG.E.128") == count(after, "LDS.128") == 5
+    assert count(before, "LDG.E.128") == count(after, "LDG.E.128") == 8

@@ -147,13 +147,13 @@ def test_the_build_names_the_backward_s_traced_library_apart(monkeypatch, tmp_pa
 
 
 def test_the_producer_s_command_line():
-    args = trace.parse_args(["--lineage", "backward"])  # 'all': the stages with trace points, 03 to 10
-    assert [(s.id, c) for s, c in args.plan] == [(f"{n:02d}", c) for n in (3, 4, 5, 6, 7, 8, 9, 10) for c in (False, True)]
+    args = trace.parse_args(["--lineage", "backward"])  # 'all': the stages with trace points, 03 to 11
+    assert [(s.id, c) for s, c in args.plan] == [(f"{n:02d}", c) for n in (3, 4, 5, 6, 7, 8, 9, 10, 11) for c in (False, True)]
     assert [(s.id, c) for s, c in trace.parse_args(["--lineage", "backward", "--stages", "3"]).plan] == \
         [("03", False), ("03", True)]
     assert [(s.id, c) for s, c in trace.parse_args(["--lineage", "backward", "--stages", "5-6"]).plan] == \
         [("05", False), ("05", True), ("06", False), ("06", True)]
-    for wrong in (["--lineage", "backward", "--stages", "1"], ["--lineage", "backward", "--stages", "11"],
+    for wrong in (["--lineage", "backward", "--stages", "1"], ["--lineage", "backward", "--stages", "12"],
                   ["--lineage", "rmsnorm"]):
         with pytest.raises(SystemExit):
             trace.parse_args(wrong)
@@ -161,7 +161,7 @@ def test_the_producer_s_command_line():
     assert forward.lineage == "attention" and [(s.id, c) for s, c in forward.plan] == \
         [("21", False), ("21", True), ("22", False), ("22", True)]
     traced = trace_backward.traced_stages(lineage.discover(lineage.BACKWARD_DIR))
-    assert [s.id for s in traced] == ["03", "04", "05", "06", "07", "08", "09", "10"]
+    assert [s.id for s in traced] == ["03", "04", "05", "06", "07", "08", "09", "10", "11"]
 
 
 def test_the_producer_s_masks():

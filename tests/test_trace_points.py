@@ -1,7 +1,7 @@
 """Trace points vanish without -DHOPATTN_TRACE: each stage compiles to the same SASS as the same
 source with its trace points deleted, and the traced build compiles (common/trace.cuh, common/trace_recorder.cuh).
 The backward's too (kernels/attention_backward/common/trace_backward.cuh, recorded by its
-trace_recorder_backward.cuh): the stages with trace points, 03 to 10, copied with the lineage's
+trace_recorder_backward.cuh): the stages with trace points, 03 to 11, copied with the lineage's
 headers into a temporary tree (beside which their stripped copies are written), with and without
 their trace points; and their traced builds compile with the recorder's clock reads and rows,
 without a wait injected on the wgmmas in flight."""
@@ -28,16 +28,16 @@ TRACE_ARGS = re.compile(r"\s*\bTRACE_(PARAM|ARG)\b")
 INCLUDE = '#include "../common/trace.cuh"'
 BACKWARD_INCLUDE = '#include "../common/trace_backward.cuh"'
 TRACED_STAGES = ("03_wgmma", "04_dq-bulk-reduce", "05_ordered-dq", "06_warp-specialized", "07_scores-ahead",
-                 "08_mask-select", "09_out-of-phase", "10_heavy-first")
+                 "08_mask-select", "09_out-of-phase", "10_heavy-first", "11_dq-rows")
 # The traced builds' spills (ptxas, the main kernel): stage 05 runs at 255 registers without them, and
 # the warp's three registers of trace state (next row, end, kinds) push 16 bytes out, reloaded once a
 # step on the TMA-issuing thread's path; stage 06's producer at 24 registers spills 8 bytes in its dQ
 # warps' loop; stage 07's, 36 bytes (the producer at 24 registers and two words of the kernel's start);
 # stage 08's, 8 bytes (its softmax's loops, without their branches, leave the consumers' registers the room
-# 07's lacked); stage 09's and 10's, 8 bytes too. No other backward stage spills.
+# 07's lacked); stage 09's, 10's and 11's, 8 bytes too. No other backward stage spills.
 TRACED_SPILLS = {"03_wgmma": 0, "04_dq-bulk-reduce": 0, "05_ordered-dq": 16, "06_warp-specialized": 8,
                  "07_scores-ahead": 36, "08_mask-select": 8, "09_out-of-phase": 8,
-                 "10_heavy-first": 8}
+                 "10_heavy-first": 8, "11_dq-rows": 8}
 
 
 def _nvcc_or_skip() -> str:

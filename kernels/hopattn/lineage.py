@@ -113,6 +113,7 @@ def optional(kind: Kind, default, doc: str = ""):
 GRIDS = ("tiles", "num_sms")
 CTA_ORDERS = ("blockidx", "heavy-first")
 P_OPERANDS = ("smem", "registers")
+DQ_CONVERTS = ("rows", "fragments", "staged rows")  # how a backward stage writes dQ from its accumulator
 DQ_DETERMINISTIC = ("second pass", "ordered")  # how a backward stage's deterministic mode sums dQ
 
 
@@ -185,6 +186,12 @@ class Movement:
     kv_fragments: str | None = optional(TEXT, None, doc="how operands reach the tensor cores (ld.shared, ldmatrix, ...)")
     o_store: tuple[str, ...] | None = optional(ENGINES, None,
                                                doc='"st.global", or the path ["stmatrix", "tma.store"]')
+    dq_convert: str | None = optional(_choice(DQ_CONVERTS), None,
+                                      doc="backward stages: how the last launch writes the bf16 dQ from the fp32 "
+                                          "accumulator: rows (a row-major accumulator, 16-byte stores), fragments "
+                                          "(kept in wgmma fragment order, each thread's 4-byte pieces stored where "
+                                          "they belong) or staged rows (fragments through a shared tile, then "
+                                          "16-byte stores of whole rows)")
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ UNCHANGED = {"memory": "the operands live where they did there", "dq": "dQ is su
 # The figure each backward stage's page opens with: the picture of what its one change changes
 # (by kind; default: the operands'). 04-06 (kernels/attention_backward/): dQ through shared memory,
 # dQ's deterministic mode as ordered additions, the roles of warp specialization; 10: the causal
-# CTAs' order (a figure of its own kind, drawn for the stages whose launch.cta_order is heavy-first).
-LEAD = {1: "memory", 2: "dq", 4: "dq", 5: "dq", 6: "roles", 10: "cta-order"}
+# CTAs' order (a figure of its own kind, drawn for the stages whose launch.cta_order is heavy-first);
+# 11: the dQ conversion's stores (drawn for the stages whose movement.dq_convert is "staged rows").
+LEAD = {1: "memory", 2: "dq", 4: "dq", 5: "dq", 6: "roles", 10: "cta-order", 11: "dq-convert"}
 FOLDER = "backward"
 
 
