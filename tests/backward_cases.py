@@ -129,8 +129,9 @@ def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool
     own largest error) + 2^-8 of the largest gradient (the kernel's bf16 output) + SUM_ROUNDING of
     the largest cancellation size (dq, dk: where dP − D cancels, as on a row whose probability sits
     on one key, the rounding of those sums is all that is left) + fp32's smallest normal. relative:
-    also the overall relative error below MAX_REL_ERR (meaningless where the gradient is only what
-    cancellation leaves, as in the numeric extremes). Returns the errors and bounds."""
+    also the overall relative error below MAX_REL_ERR, or below twice the float32 computation's own
+    where that is larger (meaningless where the gradient is only what cancellation leaves, as in the
+    numeric extremes). Returns the errors, bounds and both relative errors."""
     *exact, cq, ck, fq, fk = reference_grads(q, k, v, dout, causal=causal, scale=scale, dlse=dlse,
                                              cancellation=True)
     alg = reference_grads(q, k, v, dout, causal=causal, scale=scale, dtype=torch.float32, dlse=dlse, out=out,
@@ -151,12 +152,18 @@ def _check_grads(got, q, k, v, dout, out, dlse, *, causal, scale, relative: bool
         # keys), to what the bf16 rounding of O (2^-9 of it, in D) leaves: 2^-8 of the sizes.
         scale_of = g64.norm() + (0.0 if size is None else 2.0 ** -8 * size.norm())
         rel = ((g.double() - g64).norm() / scale_of.clamp_min(1e-300)).item()
+        # The same measure of the float32 computation (P and dS rounded to bf16, as the kernels take
+        # them): where the sum over the keys cancels (few queries over many keys) it is itself above
+        # 2 %, and a kernel is held to twice it, as the elementwise bound holds it to 2 e32.
+        rel32 = ((g32.double() - g64).norm() / scale_of.clamp_min(1e-300)).item()
+        rel_limit = max(MAX_REL_ERR, 2 * rel32)
         assert err <= bound, (f"{name}: largest error {err:.3g} against float64 above the float32-derived bound "
                               f"{bound:.3g} (float32's own error {e32:.3g}, largest |{name}| {top:.3g}, largest "
                               f"cancellation size {cancel:.3g})")
         if relative:
-            assert rel < MAX_REL_ERR or top < 1e-30, f"{name}: relative error {rel:.3g} above {MAX_REL_ERR}"
-        result.update({f"{name}_err": err, f"{name}_bound": bound, f"{name}_rel": rel})
+            assert rel < rel_limit or top < 1e-30, (f"{name}: relative error {rel:.3g} above {rel_limit:.3g} "
+                                                    f"(the larger of {MAX_REL_ERR} and twice float32's {rel32:.3g})")
+        result.update({f"{name}_err": err, f"{name}_bound": bound, f"{name}_rel": rel, f"{name}_rel32": rel32})
     return result
 
 

@@ -21,8 +21,8 @@ from ..svg import Canvas, wrap
 W = 860
 LEFT = 12
 SECTOR = 32  # bytes a DRAM/L2 sector holds
-X0 = 150  # the rows' left edge (row labels left of it)
-SECTOR_W = 46
+X0 = 70  # the rows' left edge (row labels left of it)
+SECTOR_W = 80
 ROW_H, ROW_GAP = 18, 3
 FRAGMENT_BYTES = 4  # a thread's piece per store in the fragment form: two bf16
 ROW_STORE_BYTES = 16  # a thread's piece per store in the row form: eight bf16
