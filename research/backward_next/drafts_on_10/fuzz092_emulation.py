@@ -3,7 +3,10 @@ float32 algorithm itself is on such inputs (P and dS rounded to bf16, D from the
 ``reference_grads(..., like_kernel=True)``), and what relative error of dq each lost piece of its sum
 would give, to set against the 0.0217 the drafts on stage 10 gave (README.md here).
 
-    PYTHONPATH=kernels:. python research/backward_next/drafts_on_10/fuzz092_emulation.py
+    PYTHONPATH=kernels:. python research/backward_next/drafts_on_10/fuzz092_emulation.py [MAGNITUDE]
+
+MAGNITUDE scales the normal inputs: 1 (the default, as first run), or 4, the GPU tests' draw
+(gpu_cases.draw: scores with extremes past ±50, so a row's probability sits on a few keys).
 """
 import math
 import sys
@@ -17,6 +20,7 @@ import backward_cases as bc  # noqa: E402
 B, H, LQ, LK, D = 3, 1, 3, 18209, 128
 SCALE = 1 / math.sqrt(D)
 TAIL = LK // 128 * 128  # the first key of the 33-key tail block
+MAGNITUDE = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
 
 
 def part(ds, k, lo: int, hi: int):
@@ -24,7 +28,7 @@ def part(ds, k, lo: int, hi: int):
     return (ds[..., lo:hi] @ k[..., lo:hi, :]) * SCALE
 
 
-print(f"# python {' '.join(sys.argv)}: B{B} H{H} Lq{LQ} Lk{LK} d{D}, full; relative errors as the test's",
+print(f"# python {' '.join(sys.argv)}: B{B} H{H} Lq{LQ} Lk{LK} d{D}, full, inputs N(0, {MAGNITUDE:g}²); relative errors as the test's",
       "_check_grads reads them (the norm of the error over |dq| + 2^-8 |its cancellation size|), three draws",
       flush=True)
 torch.manual_seed(0)
@@ -32,7 +36,8 @@ rows = {"the float32 algorithm (like_kernel)": [], "without the tail block (33 k
         "without half the tail block's columns (one consumer's share)": [],
         "without the first 128-key block": [], "without one 64-key half of a block": []}
 for _ in range(3):
-    q, k, v, dout = (torch.randn(B, H, n, D).to(torch.bfloat16) for n in (LQ, LK, LK, LQ))
+    q, k, v = (torch.randn(B, H, n, D).mul(MAGNITUDE).to(torch.bfloat16) for n in (LQ, LK, LK))
+    dout = torch.randn(B, H, LQ, D).to(torch.bfloat16)
     s = (q.double() @ k.double().transpose(-1, -2)) * SCALE
     p = torch.softmax(s, -1)
     out, lse = (p @ v.double()).to(torch.bfloat16), torch.logsumexp(s, -1).float()
