@@ -29,11 +29,11 @@ ROW_STORE_BYTES = 16  # a thread's piece per store in the row form: eight bf16
 
 
 def _geometry(stage) -> dict:
-    k = stage.constants()
+    k = stage.constants()  # a staged-rows kernel defines both; a KeyError names the one it lacks
     row = stage.head_dim * 2
-    threads = k.get("CONSUMER_THREADS", 256)
+    threads = k["CONSUMER_THREADS"]
     return {"row": row, "sectors": row // SECTOR, "rows": stage.block_m, "threads": threads,
-            "pitch": k.get("DQ_ROW_PITCH", row + 16),
+            "pitch": k["DQ_ROW_PITCH"], "bank_step": k["DQ_ROW_PITCH"] // 4 % 32,  # 4-byte banks a row moves on
             # a warp's fragment store: 8 row groups x 4 threads of 4 bytes; a row store: 32 x 16 bytes
             "frag_rows": 8, "frag_bytes": 4 * FRAGMENT_BYTES,
             "frag_stores": stage.block_m * row // (threads * FRAGMENT_BYTES),
@@ -126,8 +126,10 @@ def dq_convert_diagram(stage, stages) -> Diagram:
         if i:
             c.line(bx - gap + 3, y + 21, bx - 3, y + 21, stroke="stroke", sw=1.3, arrow=True)
     y += 52
-    banks = (f"The padding of {g['pitch'] - g['row']} B moves each row 4 banks on, so a warp's 8 rows × 4 threads "
-             "of 4-byte stores fall in 32 different banks; one CTA barrier between the two halves.")
+    banks = (f"The padding of {g['pitch'] - g['row']} B moves each row {g['bank_step']} banks on, so a warp's "
+             f"{g['frag_rows']} rows × 4 threads of 4-byte stores fall in "
+             f"{len({(r * g['bank_step'] + t) % 32 for r in range(g['frag_rows']) for t in range(4)})} different "
+             "banks; one CTA barrier between the two halves.")
     y = _para(c, y + 4, banks, fill="muted")
     y += 6
     y = _sectors(c, y, g["row_rows"], g, lambda r, s: (0, SECTOR), lambda r: f"row {r}")
